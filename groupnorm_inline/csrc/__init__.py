@@ -1,0 +1,1 @@
+"""C++ and CUDA sources, kept as Python string constants (compiled by `groupnorm_inline.jit`)."""

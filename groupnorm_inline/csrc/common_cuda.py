@@ -1,0 +1,67 @@
+"""CUDA helpers shared by every kernel source of the package: vector access and block reductions.
+
+Kept as a source string that the kernel modules prepend to their own, so each extension is a single
+translation unit with no header files to install.
+"""
+
+COMMON_CUDA_HEADER = r"""
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+
+namespace gn_inline {
+
+// VEC elements of T moved as one 16-byte (or narrower) access.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+// Elements per 16-byte access: 4 float, 8 half/bfloat16, 2 double.
+template <typename T>
+constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
+
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, VEC>*>(p);
+}
+
+// Streaming store: the output is not read again by this kernel, so keep it from evicting the input in L2.
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec_streaming(T* p, const Vec<T, VEC>& v) {
+  if constexpr (sizeof(Vec<T, VEC>) == 16) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+  } else {
+    *reinterpret_cast<Vec<T, VEC>*>(p) = v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum of two values over the block; every thread gets the result. `scratch` holds 2 * 32 values.
+// Ends with a barrier, so scratch may be reused right after.
+template <typename T>
+__device__ __forceinline__ void block_sum2(T& a, T& b, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (lane == 0) { scratch[warp] = a; scratch[32 + warp] = b; }
+  __syncthreads();
+  a = lane < warps ? scratch[lane] : T(0);
+  b = lane < warps ? scratch[32 + lane] : T(0);
+  a = warp_sum(a);
+  b = warp_sum(b);
+  __syncthreads();
+}
+
+}  // namespace gn_inline
+"""

@@ -1,0 +1,95 @@
+"""C++ source: the operator schemas of the `groupnorm_inline` namespace and their CPU kernels.
+
+This translation unit is in every build (CUDA or not); it owns `TORCH_LIBRARY(groupnorm_inline, ...)`.
+The CPU kernels favour exactness over speed: statistics in double with two passes over each slice
+(mean, then centred sum of squares), one `at::parallel_for` task per (n, g) slice.
+"""
+
+# Operator schemas, kept in one place so the Python fake implementations can name them.
+OP_NAMESPACE = "groupnorm_inline"
+FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps)"
+                  " -> (Tensor, Tensor, Tensor)")
+
+GROUP_NORM_CPU = r"""
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <cmath>
+
+namespace gn_inline_cpu {
+
+// x: contiguous (N*G slices, D); w, b: (C,) in the compute type or null; mean, rstd: (N*G,).
+template <typename T, typename C>
+void forward_kernel(const T* x, T* y, const C* w, const C* b, C* mean_out, C* rstd_out, int64_t slices,
+                    int64_t G, int64_t channels_per_group, int64_t HW, double eps) {
+  const int64_t D = channels_per_group * HW;
+  at::parallel_for(0, slices, 1, [&](int64_t first, int64_t last) {
+    for (int64_t slice = first; slice < last; ++slice) {
+      const T* xs = x + slice * D;
+      T* ys = y + slice * D;
+      double sum = 0;
+      for (int64_t i = 0; i < D; ++i) sum += static_cast<double>(xs[i]);
+      const double mean = sum / static_cast<double>(D);
+      double m2 = 0;
+      for (int64_t i = 0; i < D; ++i) {
+        const double d = static_cast<double>(xs[i]) - mean;
+        m2 += d * d;
+      }
+      const double rstd = 1.0 / std::sqrt(m2 / static_cast<double>(D) + eps);
+      mean_out[slice] = static_cast<C>(mean);
+      rstd_out[slice] = static_cast<C>(rstd);
+      const int64_t c0 = (slice % G) * channels_per_group;
+      for (int64_t cl = 0; cl < channels_per_group; ++cl) {
+        const double a = w ? rstd * static_cast<double>(w[c0 + cl]) : rstd;
+        const double shift = (b ? static_cast<double>(b[c0 + cl]) : 0.0) - mean * a;
+        for (int64_t i = cl * HW; i < (cl + 1) * HW; ++i)
+          ys[i] = static_cast<T>(static_cast<double>(xs[i]) * a + shift);
+      }
+    }
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::Tensor& input, int64_t num_groups,
+                                                                      const std::optional<at::Tensor>& weight,
+                                                                      const std::optional<at::Tensor>& bias,
+                                                                      double eps) {
+  TORCH_CHECK(input.device().is_cpu(), "group_norm_forward_cpu: expected a CPU input");
+  TORCH_CHECK(input.dim() >= 2, "Expected at least 2 dimensions for input tensor but received ", input.dim());
+  TORCH_CHECK(input.is_contiguous(), "group_norm_forward_cpu: expected a contiguous input");
+  TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
+              "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
+              input.sizes(), " and num_groups=", num_groups);
+  const int64_t N = input.size(0), C = input.size(1);
+  const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
+  const at::ScalarType acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor y = at::empty_like(input);
+  at::Tensor mean = at::empty({N, num_groups}, input.options().dtype(acc));
+  at::Tensor rstd = at::empty({N, num_groups}, input.options().dtype(acc));
+  if (input.numel() == 0) return {y, mean, rstd};
+  const bool affine = weight.has_value() && weight->defined();
+  at::Tensor w, b;
+  if (affine) {
+    TORCH_CHECK(bias.has_value() && bias->defined(), "group_norm_forward_cpu: weight and bias come together");
+    w = weight->to(acc).contiguous();
+    b = bias->to(acc).contiguous();
+    TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cpu: weight/bias must have C elements");
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cpu", [&] {
+    using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    forward_kernel<scalar_t, C_t>(input.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+                                  affine ? w.data_ptr<C_t>() : nullptr, affine ? b.data_ptr<C_t>() : nullptr,
+                                  mean.data_ptr<C_t>(), rstd.data_ptr<C_t>(), N * num_groups, num_groups,
+                                  C / num_groups, HW, eps);
+  });
+  return {y, mean, rstd};
+}
+
+}  // namespace gn_inline_cpu
+
+TORCH_LIBRARY(groupnorm_inline, m) {
+  m.def("@FORWARD_SCHEMA@");
+}
+
+TORCH_LIBRARY_IMPL(groupnorm_inline, CPU, m) {
+  m.impl("group_norm_forward", &gn_inline_cpu::group_norm_forward_cpu);
+}
+""".replace("@FORWARD_SCHEMA@", FORWARD_SCHEMA)

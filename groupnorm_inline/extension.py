@@ -1,0 +1,47 @@
+"""The package's core extension: the GroupNorm operators in the `groupnorm_inline` torch.library namespace.
+
+`load()` builds (first time on a machine) and loads it; afterwards the operators are reachable as
+`torch.ops.groupnorm_inline.*`. Level-2 problem modules have extensions of their own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .csrc.group_norm_cpu import GROUP_NORM_CPU, OP_NAMESPACE
+from .csrc.group_norm_cuda import GROUP_NORM_FORWARD_CUDA
+from .jit import ExtensionSpec, env, load as _jit_load, plan
+
+SPEC = ExtensionSpec(
+    name="groupnorm_inline_C",
+    cpp_sources=(GROUP_NORM_CPU,),
+    cuda_sources=(GROUP_NORM_FORWARD_CUDA,),
+    description="the GroupNorm kernels",
+)
+
+_ops = None
+
+
+def load():
+    """Build if needed, load, and return the `torch.ops.groupnorm_inline` namespace."""
+    global _ops
+    if _ops is None:
+        _jit_load(SPEC)
+        _ops = getattr(torch.ops, OP_NAMESPACE)
+        from . import registration  # fake (meta) kernels and autograd for the operators just loaded
+
+        registration.register()
+    return _ops
+
+
+def has_cuda_kernels() -> bool:
+    """Whether the loaded (or to-be-loaded) build contains the CUDA kernels."""
+    return plan(SPEC).with_cuda
+
+
+def cuda_unavailable_reason() -> str:
+    if not torch.version.cuda:
+        return f"torch {torch.__version__} is a CPU-only build"
+    if env.cuda_home() is None:
+        return "no CUDA toolkit (nvcc) was found; set CUDA_HOME to one"
+    return "GROUPNORM_INLINE_NO_CUDA is set"

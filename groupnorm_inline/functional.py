@@ -1,0 +1,105 @@
+"""`group_norm`: argument checks with PyTorch's wording, layout handling, and the call into the kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from . import extension
+from .registration import stats_dtype
+
+_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_param(name: str, param: torch.Tensor | None, input: torch.Tensor) -> None:
+    if param is None:
+        return
+    if not isinstance(param, torch.Tensor):
+        raise TypeError(f"group_norm: expected {name} to be a Tensor or None, got {type(param).__name__}")
+    channels = input.shape[1]
+    if param.dim() != 1 or param.numel() != channels:
+        raise RuntimeError(
+            f"Expected {name} to be a vector of size equal to the number of channels in input, but got "
+            f"{name} of shape {list(param.shape)} and input of shape {list(input.shape)}")
+    if param.device != input.device:
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{input.device} (input) and {param.device} ({name})!")
+    allowed = {input.dtype} | ({torch.float32} if input.dtype in (torch.float16, torch.bfloat16) else set())
+    if param.dtype not in allowed:
+        raise RuntimeError(
+            f"group_norm: expected {name} to have dtype {' or '.join(sorted(str(d) for d in allowed))} "
+            f"for an input of dtype {input.dtype}, but got {param.dtype}")
+
+
+def _suggested_memory_format(x: torch.Tensor) -> torch.memory_format:
+    """The layout PyTorch's CPU GroupNorm keeps for its output (ATen's suggest_memory_format)."""
+    if not x.is_contiguous():
+        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+            return torch.channels_last
+        if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+            return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
+    """Raise, as `torch.nn.functional.group_norm` would, for arguments the operator cannot take."""
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"group_norm: expected input to be a Tensor, got {type(input).__name__}")
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    if input.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"group_norm: expected a floating-point input (float16, bfloat16, float32 or float64), "
+                        f"but got {input.dtype}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int):
+        raise TypeError(f"group_norm: num_groups must be an int, got {type(num_groups).__name__}")
+    if num_groups <= 0:
+        raise RuntimeError(f"Expected num groups to be greater than 0, got {num_groups}")
+    channels = input.shape[1]
+    if channels <= 0:
+        raise RuntimeError(f"Expected number of channels to be greater than 0, got {channels}")
+    if channels % num_groups != 0:
+        raise RuntimeError(
+            "Expected number of channels in input to be divisible by num_groups, but got input of shape "
+            f"{list(input.shape)} and num_groups={num_groups}")
+    if input.shape[0] > 0 and input.numel() == 0:
+        raise RuntimeError("Expected HxW to be greater than 0, got 0")
+    _check_param("weight", weight, input)
+    _check_param("bias", bias, input)
+    if input.device.type not in ("cpu", "cuda"):
+        raise RuntimeError(f"group_norm: inputs on {input.device.type} are not supported (CPU and CUDA only)")
+
+
+def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
+                          bias: torch.Tensor | None = None, eps: float = 1e-5):
+    """GroupNorm forward returning (output, mean, rstd); mean/rstd are (N, num_groups) float32 (float64 for
+    float64 input). Differentiable in input, weight and bias."""
+    check_group_norm_args(input, num_groups, weight, bias)
+    ops = extension.load()
+    if input.is_cuda and not extension.has_cuda_kernels():
+        raise RuntimeError("groupnorm_inline: got a CUDA tensor, but the CUDA kernels were not built: "
+                           + extension.cuda_unavailable_reason())
+    # The kernels take weight and bias together (y = x * a[c] + b[c]); fill in the missing one.
+    if weight is None and bias is not None:
+        weight = torch.ones_like(bias)
+    elif bias is None and weight is not None:
+        bias = torch.zeros_like(weight)
+    # Kernels read a contiguous (N, C, HW) buffer; other layouts are copied once (never modified).
+    memory_format = _suggested_memory_format(input)
+    x = input.contiguous()
+    out, mean, rstd = ops.group_norm_forward(x, num_groups, weight, bias, float(eps))
+    if input.device.type == "cpu" and memory_format != torch.contiguous_format:
+        out = out.contiguous(memory_format=memory_format)  # as PyTorch's CPU kernel keeps the layout
+    return out, mean, rstd
+
+
+def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """Same as `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`.
+
+    input: (N, C, *) float16/bfloat16/float32/float64 on CPU or CUDA; weight, bias: (C,) of the input's
+    dtype (or float32 for half inputs) or None. Statistics are accumulated in float32 or better.
+    """
+    return group_norm_with_stats(input, num_groups, weight, bias, eps)[0]
+
+
+__all__ = ["group_norm", "group_norm_with_stats", "check_group_norm_args", "stats_dtype"]

@@ -1,0 +1,244 @@
+"""Build-and-load of inline C++/CUDA sources: the one place in the package that calls `load_inline`.
+
+What this layer adds over a bare `load_inline` (whose cache path ignores the torch version and the target
+archs, and whose lock file hangs every later import when a build is killed):
+
+* the build directory is named by a hash of everything the binary depends on (source text, flags, torch,
+  CUDA and Python versions, target archs), so an upgrade or an edit never loads a stale library;
+* an OS file lock (`flock`, released by the kernel when its holder dies) serialises builds across
+  processes; after taking it we look again, because another process may have finished the build while
+  we waited; a `lock` file left behind by a killed `load_inline` is removed, since we hold the only lock;
+* a finished build is recorded in `build_info.json`; later processes load the library directly;
+* one stderr line when a build starts and one with its duration; compiler output only when verbose;
+* a failed build raises `ExtensionBuildError` carrying the compiler's error text.
+
+Extensions are loaded with `torch.ops.load_library`: they register their operators with
+`TORCH_LIBRARY`, so they are reachable as `torch.ops.<namespace>.<op>`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import env
+
+# Bump when the layout of a build directory or the meaning of the key changes.
+_LAYOUT_VERSION = 1
+
+_loaded: dict[str, Path] = {}          # spec name -> loaded library, per process
+_process_lock = threading.Lock()       # threads of one process build one at a time
+
+
+class ExtensionBuildError(RuntimeError):
+    """A build failed; the message carries the compiler's output."""
+
+
+@dataclass(frozen=True)
+class ExtensionSpec:
+    """What to compile. `cuda_sources` is dropped when no CUDA toolkit is usable."""
+
+    name: str                                   # library prefix, e.g. "groupnorm_inline_C"
+    cpp_sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...] = ()
+    extra_cflags: tuple[str, ...] = ("-O3",)
+    extra_cuda_cflags: tuple[str, ...] = ("-O3", "-lineinfo")
+    description: str = ""                       # shown in the build log line
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """A spec resolved against this machine: what exactly gets compiled, and where."""
+
+    spec: ExtensionSpec
+    with_cuda: bool
+    archs: tuple[str, ...]
+    cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    key: str
+    directory: Path
+
+    @property
+    def library_name(self) -> str:
+        return f"{self.spec.name}_{self.key[:16]}"
+
+
+def _strict_flags() -> tuple[list[str], list[str]]:
+    """Warning flags; GROUPNORM_INLINE_WERROR=1 (set by CI) turns every warning into an error."""
+    cflags = ["-Wall", "-Wextra"]
+    cuda_cflags = ["-Xcompiler=-Wall,-Wextra"]
+    if os.environ.get("GROUPNORM_INLINE_WERROR", "") == "1":
+        cflags.append("-Werror")
+        cuda_cflags += ["-Xcompiler=-Werror", "-Werror=all-warnings"]
+    return cflags, cuda_cflags
+
+
+def plan(spec: ExtensionSpec) -> BuildPlan:
+    with_cuda = bool(spec.cuda_sources) and env.cuda_build_enabled()
+    archs = tuple(env.arch_list()) if with_cuda else ()
+    warn_c, warn_cuda = _strict_flags()
+    cflags = tuple(spec.extra_cflags) + tuple(warn_c)
+    if with_cuda:
+        cflags += ("-DGROUPNORM_INLINE_WITH_CUDA",)
+    cuda_cflags = tuple(spec.extra_cuda_cflags) + tuple(warn_cuda) + tuple(env.gencode_flags(list(archs)))
+    payload = {
+        "layout": _LAYOUT_VERSION,
+        "name": spec.name,
+        "cpp_sources": list(spec.cpp_sources),
+        "cuda_sources": list(spec.cuda_sources) if with_cuda else [],
+        "cflags": list(cflags),
+        "cuda_cflags": list(cuda_cflags) if with_cuda else [],
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "nvcc": env.nvcc_version() if with_cuda else None,
+        "archs": list(archs),
+        "python": env.python_tag(),
+    }
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    flavour = ("cu" + (torch.version.cuda or "").replace(".", "") + "-sm" + "_".join(
+        a.replace(".", "").replace("+PTX", "ptx") for a in archs)) if with_cuda else "cpu"
+    torch_tag = torch.__version__.split("+")[0]
+    dirname = f"{spec.name}-{env.python_tag()}-torch{torch_tag}-{flavour}-{key[:16]}"
+    return BuildPlan(spec, with_cuda, archs, cflags, cuda_cflags, key, env.cache_root() / dirname)
+
+
+class _FileLock:
+    """Exclusive `flock` on a file beside the build directory; the kernel drops it if we die."""
+
+    def __init__(self, path: Path, timeout_s: float, what: str):
+        self.path, self.timeout_s, self.what = path, timeout_s, what
+        self.fd: int | None = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+            waited = time.monotonic() - start
+            if not told:
+                holder = self._holder()
+                print(f"[groupnorm_inline] waiting for {holder} to finish building {self.what} "
+                      f"(build lock {self.path})", file=sys.stderr, flush=True)
+                told = True
+            if waited > self.timeout_s:
+                os.close(self.fd)
+                raise TimeoutError(
+                    f"groupnorm_inline: gave up after {waited:.0f} s waiting for the build lock {self.path} "
+                    f"held by {self._holder()}; raise GROUPNORM_INLINE_LOCK_TIMEOUT or stop that process")
+            time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+        return self
+
+    def _holder(self) -> str:
+        try:
+            pid = self.path.read_text().strip()
+        except OSError:
+            pid = ""
+        return f"process {pid}" if pid else "another process"
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _info_path(p: BuildPlan) -> Path:
+    return p.directory / "build_info.json"
+
+
+def _built_library(p: BuildPlan) -> Path | None:
+    """The library of a finished build of this plan, or None."""
+    try:
+        info = json.loads(_info_path(p).read_text())
+    except (OSError, ValueError):
+        return None
+    lib = p.directory / info.get("library", "")
+    return lib if info.get("key") == p.key and lib.is_file() else None
+
+
+def _compile(p: BuildPlan) -> Path:
+    if p.with_cuda:
+        # torch picks its toolkit once, when cpp_extension is first imported, and guesses /usr/local
+        # when no GPU is visible: point it at the toolkit we found, before and after that import.
+        os.environ.setdefault("CUDA_HOME", env.cuda_home())
+    from torch.utils import cpp_extension
+
+    if p.with_cuda:
+        cpp_extension.CUDA_HOME = env.cuda_home()
+    p.directory.mkdir(parents=True, exist_ok=True)
+    stale_baton = p.directory / "lock"
+    if stale_baton.exists():  # we hold the only lock, so this is a killed load_inline's leftover
+        stale_baton.unlink()
+    what = p.spec.description or p.spec.name
+    target = f"CUDA (archs {', '.join(p.archs)}) + C++" if p.with_cuda else "C++ (CPU only)"
+    print(f"[groupnorm_inline] building {what}: {target} into {p.directory}; "
+          "the first build takes about a minute", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    try:
+        path = cpp_extension.load_inline(
+            name=p.library_name,
+            cpp_sources=list(p.spec.cpp_sources),
+            cuda_sources=list(p.spec.cuda_sources) if p.with_cuda else None,
+            extra_cflags=list(p.cflags),
+            extra_cuda_cflags=list(p.cuda_cflags) if p.with_cuda else None,
+            build_directory=str(p.directory),
+            verbose=env.verbose(),
+            with_cuda=p.with_cuda,
+            is_python_module=False,
+        )
+    except (RuntimeError, OSError, ImportError) as exc:
+        raise ExtensionBuildError(
+            f"groupnorm_inline: building {what} failed after {time.monotonic() - start:.1f} s in {p.directory}.\n"
+            f"Set GROUPNORM_INLINE_VERBOSE=1 to see every compiler command.\n{exc}") from exc
+    library = Path(path)
+    _info_path(p).write_text(json.dumps({
+        "key": p.key, "library": library.name, "with_cuda": p.with_cuda, "archs": list(p.archs),
+        "torch": torch.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "seconds": round(time.monotonic() - start, 1)}, indent=1))
+    print(f"[groupnorm_inline] built {what} in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
+    return library
+
+
+def load(spec: ExtensionSpec) -> Path:
+    """Build `spec` if no finished build exists, load it into this process, return the library path."""
+    with _process_lock:
+        if spec.name in _loaded:
+            return _loaded[spec.name]
+        p = plan(spec)
+        library = _built_library(p)
+        if library is None:
+            with _FileLock(p.directory.with_name(p.directory.name + ".lock"), env.lock_timeout_s(),
+                           p.spec.description or p.spec.name):
+                library = _built_library(p)  # another process may have built it while we waited
+                if library is None:
+                    library = _compile(p)
+        torch.ops.load_library(str(library))
+        _loaded[spec.name] = library
+        return library
+
+
+def loaded_plan(spec: ExtensionSpec) -> BuildPlan:
+    """The plan `load` would use (for show-config and tests); builds nothing."""
+    return plan(spec)

@@ -1,0 +1,42 @@
+"""KernelBench problem modules, one per problem: reference `Model`, our `ModelNew`, `get_inputs`,
+`get_init_inputs` and the module constants, exactly as the KernelBench problem file defines them.
+
+`PROBLEMS` maps each problem's KernelBench level/number key to its module name, so tools can find them
+without importing (and so building) every problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    key: str          # "1/35"
+    file_name: str    # KernelBench's file stem, "35_GroupNorm_"
+    module: str       # module under groupnorm_inline.problems
+    summary: str
+
+
+PROBLEMS: dict[str, ProblemInfo] = {
+    "1/35": ProblemInfo("1/35", "35_GroupNorm_", "level1_35_group_norm",
+                        "GroupNorm, x (112, 64, 512, 512), 8 groups"),
+}
+
+
+def find(name: str) -> ProblemInfo:
+    """Look a problem up by key ("1/35") or KernelBench file name ("35_GroupNorm_", with or without .py)."""
+    name = name.strip()
+    if name.endswith(".py"):
+        name = name[:-3]
+    for info in PROBLEMS.values():
+        if name in (info.key, info.file_name, info.module):
+            return info
+    known = ", ".join(f"{p.key} ({p.file_name})" for p in PROBLEMS.values())
+    raise KeyError(f"unknown problem {name!r}; known problems: {known}")
+
+
+def import_problem(name: str):
+    """Import (and so build the kernels of) a problem module."""
+    return importlib.import_module(f"{__name__}.{find(name).module}")
