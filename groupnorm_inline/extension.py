@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from .csrc.group_norm_cpu import GROUP_NORM_CPU, OP_NAMESPACE
-from .csrc.group_norm_cuda import GROUP_NORM_FORWARD_CUDA
+from .csrc.group_norm_cpu import GROUP_NORM_CPU_TEMPLATE, OP_NAMESPACE, with_namespace
+from .csrc.group_norm_cuda import GROUP_NORM_FORWARD_CUDA_TEMPLATE
 from .jit import ExtensionSpec, env, load as _jit_load, plan
 
 SPEC = ExtensionSpec(
     name="groupnorm_inline_C",
-    cpp_sources=(GROUP_NORM_CPU,),
-    cuda_sources=(GROUP_NORM_FORWARD_CUDA,),
+    cpp_sources=(with_namespace(GROUP_NORM_CPU_TEMPLATE),),
+    cuda_sources=(with_namespace(GROUP_NORM_FORWARD_CUDA_TEMPLATE),),
     description="the GroupNorm kernels",
 )
 

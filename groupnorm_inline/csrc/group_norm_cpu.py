@@ -5,12 +5,24 @@ The CPU kernels favour exactness over speed: statistics in double with two passe
 (mean, then centred sum of squares), one `at::parallel_for` task per (n, g) slice.
 """
 
-# Operator schemas, kept in one place so the Python fake implementations can name them.
+# The torch.library namespace of the package's operators. Sources spell it GN_NAMESPACE, replaced by
+# `with_namespace`, so an exported single-file submission can register the same kernels under another
+# name in a process that has the package loaded too (a namespace can be defined only once).
 OP_NAMESPACE = "groupnorm_inline"
+NAMESPACE_TOKEN = "GN_NAMESPACE"
+
+
+def with_namespace(source: str, namespace: str = OP_NAMESPACE) -> str:
+    """`source` with its operators registered under `namespace`."""
+    return source.replace(NAMESPACE_TOKEN, namespace)
+
+
+# Operator schemas, kept in one place so the Python fake implementations can name them.
 FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps)"
                   " -> (Tensor, Tensor, Tensor)")
 
-GROUP_NORM_CPU = r"""
+# CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
+GROUP_NORM_CPU_TEMPLATE = r"""
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <cmath>
@@ -85,11 +97,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
 
 }  // namespace gn_inline_cpu
 
-TORCH_LIBRARY(groupnorm_inline, m) {
+TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FORWARD_SCHEMA@");
 }
 
-TORCH_LIBRARY_IMPL(groupnorm_inline, CPU, m) {
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("group_norm_forward", &gn_inline_cpu::group_norm_forward_cpu);
 }
 """.replace("@FORWARD_SCHEMA@", FORWARD_SCHEMA)

@@ -15,7 +15,8 @@ folding them into double, and CTAs combine their sums in double.
 
 from .common_cuda import COMMON_CUDA_HEADER
 
-GROUP_NORM_FORWARD_CUDA = COMMON_CUDA_HEADER + r"""
+# Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
+GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -325,7 +326,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at:
 
 }  // namespace gn_inline
 
-TORCH_LIBRARY_IMPL(groupnorm_inline, CUDA, m) {
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("group_norm_forward", &gn_inline::group_norm_forward_cuda);
 }
 """
