@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import extension
@@ -32,13 +34,25 @@ def _check_param(name: str, param: torch.Tensor | None, input: torch.Tensor) -> 
 
 
 def _suggested_memory_format(x: torch.Tensor) -> torch.memory_format:
-    """The layout PyTorch's CPU GroupNorm keeps for its output (ATen's suggest_memory_format)."""
-    if not x.is_contiguous():
-        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-            return torch.channels_last
-        if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
-            return torch.channels_last_3d
-    return torch.contiguous_format
+    """The layout PyTorch's CPU GroupNorm gives its output: ATen's `Tensor.suggest_memory_format()`.
+
+    Ported rather than approximated with `is_contiguous(memory_format=...)`, because ATen keeps channels_last
+    for any tensor whose strides are *ordered* like NHWC (NDHWC), sliced views included: the dims, taken in
+    the order C, W, H, N (C, W, H, D, N), must have non-decreasing strides, each at least the extent of the
+    previous one; a zero C stride, an empty dim or an N stride equal to C's (ambiguous N111) means contiguous.
+    """
+    dim_order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(x.dim())
+    if dim_order is None or x.stride(1) == 0:
+        return torch.contiguous_format
+    shape, strides = x.shape, x.stride()
+    min_stride = 0
+    for d in dim_order:
+        if shape[d] == 0 or strides[d] < min_stride:
+            return torch.contiguous_format
+        if d == 0 and min_stride == strides[1]:
+            return torch.contiguous_format
+        min_stride = strides[d] * shape[d]
+    return torch.channels_last if x.dim() == 4 else torch.channels_last_3d
 
 
 def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
@@ -61,8 +75,13 @@ def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
         raise RuntimeError(
             "Expected number of channels in input to be divisible by num_groups, but got input of shape "
             f"{list(input.shape)} and num_groups={num_groups}")
-    if input.shape[0] > 0 and input.numel() == 0:
+    spatial = math.prod(input.shape[2:])  # HxW: 1 for an (N, C) input
+    if spatial == 0:
         raise RuntimeError("Expected HxW to be greater than 0, got 0")
+    if input.shape[0] * (channels // num_groups) * spatial == 1:
+        # F.group_norm's own check (_verify_batch_size): one value per group cannot be normalised.
+        raise ValueError("Expected more than 1 value per channel when training, got input size "
+                         f"{[input.shape[0] * channels // num_groups, num_groups] + list(input.shape[2:])}")
     _check_param("weight", weight, input)
     _check_param("bias", bias, input)
     if input.device.type not in ("cpu", "cuda"):
