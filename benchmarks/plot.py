@@ -1,0 +1,129 @@
+"""The results chart: per row, ours' speedup over eager and over torch.compile, and the fraction of the
+copy's bandwidth each provider reaches. Also a command: `python benchmarks/plot.py RESULTS.csv [OUT.png]`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed (CI, headless GPU machines)
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+
+from report import RunInfo, Record, lookup, read_csv, rows_in_order, summarise  # noqa: E402
+
+SPEEDUP_COLORS = {"eager": "#4C72B0", "compile": "#DD8452"}
+FRACTION_COLORS = {"ours": "#55A868", "eager": "#4C72B0", "compile": "#DD8452"}
+
+
+def _row_label(section: str, row: str) -> str:
+    return row if section == "forward" else f"[{section}] {row}"
+
+
+def _value(record: Record | None, attribute: str) -> float:
+    value = getattr(record, attribute) if record is not None else math.nan
+    return value if math.isfinite(value) else 0.0
+
+
+def _annotate(ax, bars, values, spec):
+    for bar, value in zip(bars, values):
+        if value > 0:
+            ax.annotate(f"{value:{spec}}", (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                        xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+
+
+def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
+    """Write the chart for `records` to `path` (PNG)."""
+    table = lookup(records)
+    rows = [key for key in rows_in_order(records) if (key[0], key[1], "ours") in table]
+    labels = [_row_label(section, row) for section, row in rows]
+    count = max(1, len(rows))
+    fig, (ax_speed, ax_frac) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.42 * count), sharey=True,
+                                            gridspec_kw={"width_ratios": [1.2, 1]})
+    positions = list(range(count))
+    height = 0.38
+
+    # Left: ours' speedup over each PyTorch baseline, as bars growing from 1x: right of the line ours is
+    # faster, left of it slower. Log scale, so 0.5x and 2x lie equally far from 1x.
+    speedups = []
+    for i, baseline in enumerate(("eager", "compile")):
+        values = [_value(table.get((s, r, "ours")), f"speedup_vs_{baseline}") for s, r in rows]
+        if not any(values):
+            continue  # not timed in this run (e.g. --no-compile): no empty legend entry
+        speedups += [v for v in values if v > 0]
+        offsets = [p + (i - 0.5) * height for p in positions]
+        widths = [v - 1.0 if v > 0 else 0.0 for v in values]
+        ax_speed.barh(offsets, widths, left=1.0, height=height, color=SPEEDUP_COLORS[baseline],
+                      label=f"over {'torch.compile' if baseline == 'compile' else 'eager'}")
+        for offset, value in zip(offsets, values):
+            if value > 0:
+                ax_speed.annotate(f"{value:.2f}x", (value, offset), xytext=(3 if value >= 1 else -3, 0),
+                                  textcoords="offset points", va="center", ha="left" if value >= 1 else "right",
+                                  fontsize=7)
+    ax_speed.axvline(1.0, color="black", linewidth=1)
+    ax_speed.set_xscale("log", base=2)
+    low, high = min(speedups + [1.0]), max(speedups + [1.0])
+    ax_speed.set_xlim(min(0.5, low / 1.6), max(2.0, high * 1.6))  # room for the labels at the bar ends
+    ax_speed.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}x"))
+    ax_speed.set_xlabel("speedup of ours (log scale; right of 1x: faster than PyTorch)")
+    ax_speed.set_title("Speedup of ours")
+    ax_speed.legend(loc="lower right", fontsize=8)
+
+    # Right: copy time / provider time, the fraction of a plain copy's bandwidth each provider reaches.
+    third = 0.26
+    fraction_values = []
+    for i, provider in enumerate(("ours", "compile", "eager")):
+        values = [_value(table.get((s, r, provider)), "copy_fraction") for s, r in rows]
+        if not any(values):
+            continue
+        fraction_values += values
+        offsets = [p + (i - 1) * third for p in positions]
+        bars = ax_frac.barh(offsets, values, height=third, color=FRACTION_COLORS[provider],
+                            label="torch.compile" if provider == "compile" else provider)
+        _annotate(ax_frac, bars, values, ".2g")
+    ax_frac.axvline(1.0, color="black", linewidth=1)
+    ax_frac.set_xlim(0, max([1.15] + [1.1 * v for v in fraction_values]))
+    ax_frac.set_xlabel("fraction of copy bandwidth (copy time / time; 1 = as fast as a copy)")
+    ax_frac.set_title("Fraction of copy bandwidth")
+    ax_frac.legend(loc="lower right", fontsize=8)
+
+    ax_speed.set_yticks(positions)
+    ax_speed.set_yticklabels(labels, fontsize=8)
+    ax_speed.invert_yaxis()  # first row at the top, as in the table
+    for ax in (ax_speed, ax_frac):
+        ax.grid(axis="x", alpha=0.3)
+
+    summary = summarise(records)
+    geomean = (f"geomean speedup over torch.compile {summary.geomean_vs_compile:.2f}x"
+               if math.isfinite(summary.geomean_vs_compile) else "no torch.compile timings")
+    fig.suptitle(f"groupnorm_inline {info.package} GroupNorm on {info.device} ({info.date})\n"
+                 f"torch {info.torch}, CUDA {info.cuda}; medians of {info.timer} timings; {geomean}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or len(argv) > 2:
+        print("usage: python benchmarks/plot.py RESULTS.csv [OUT.png]", file=sys.stderr)
+        return 2
+    csv_path = Path(argv[0])
+    out = Path(argv[1]) if len(argv) > 1 else csv_path.with_suffix(".png")
+    info, records = read_csv(csv_path)
+    if info is None:
+        print(f"{csv_path}: no records", file=sys.stderr)
+        return 1
+    plot_results(info, records, out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+__all__ = ["plot_results"]

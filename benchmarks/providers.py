@@ -1,0 +1,119 @@
+"""What is timed for a row: ours, eager PyTorch, torch.compile, and the row's traffic floor, as callables
+that take no arguments (their tensors are bound in) and return what they allocate.
+
+The torch.compile baselines are compiled with `dynamic=False` (one specialised program per shape, as a user
+with fixed shapes gets), and `torch._dynamo.reset()` runs before each row so that the per-function
+recompile limit is never reached across rows (hitting it silently falls back to eager).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import groupnorm_inline
+
+
+@dataclass
+class Provider:
+    name: str
+    fn: Callable[[], object]
+    result_bytes: int     # bytes of the tensors each call allocates and returns (not scratch)
+
+
+def fresh_compile(fn: Callable) -> Callable:
+    """torch.compile(fn) with default mode and static shapes, after clearing earlier rows' programs."""
+    torch._dynamo.reset()
+    return torch.compile(fn, mode="default", dynamic=False)
+
+
+def group_norm_functions(groups: int, eps: float):
+    """(ours, eager) GroupNorm callables of (x, weight, bias), and one to compile."""
+    def ours(x, weight, bias):
+        return groupnorm_inline.group_norm(x, groups, weight, bias, eps)
+
+    def eager(x, weight, bias):
+        return F.group_norm(x, groups, weight, bias, eps)
+
+    return ours, eager
+
+
+def forward_providers(x, weight, bias, groups: int, eps: float, with_compile: bool) -> list[Provider]:
+    """Forward GroupNorm of x (N, C, *): ours, eager and (optionally) torch.compile."""
+    ours, eager = group_norm_functions(groups, eps)
+    out_bytes = x.numel() * x.element_size()
+    providers = [Provider("ours", lambda: ours(x, weight, bias), out_bytes),
+                 Provider("eager", lambda: eager(x, weight, bias), out_bytes)]
+    if with_compile:
+        compiled = fresh_compile(eager)
+        providers.append(Provider("compile", lambda: compiled(x, weight, bias), out_bytes))
+    return providers
+
+
+def copy_provider(x) -> Provider:
+    """The forward floor: `y.copy_(x)` into a tensor allocated once (created after the correctness checks,
+    so that it is not held while the providers' outputs are compared)."""
+    copy_target = torch.empty_like(x)
+    return Provider("copy", lambda: copy_target.copy_(x), 0)
+
+
+def _training_step(gn: Callable, x, weight, bias, dy):
+    """Forward then backward of gn; returns (y, dx, dweight, dbias) without accumulating into .grad."""
+    y = gn(x, weight, bias)
+    return (y, *torch.autograd.grad(y, (x, weight, bias), dy))
+
+
+def _backward_only(y, x, weight, bias, dy):
+    """The backward of an already computed y (graph kept for the next call)."""
+    return torch.autograd.grad(y, (x, weight, bias), dy, retain_graph=True)
+
+
+def training_providers(x, weight, bias, dy, groups: int, eps: float, with_compile: bool,
+                       backward_only: bool) -> list[Provider]:
+    """Forward + backward (or, with backward_only, the backward alone, timed on a graph kept alive with
+    retain_graph) of ours, eager and (optionally) torch.compile; x, weight, bias require grad."""
+    ours, eager = group_norm_functions(groups, eps)
+    tensor_bytes = x.numel() * x.element_size()
+    param_bytes = 2 * weight.numel() * weight.element_size()
+    functions = [("ours", ours), ("eager", eager)]
+    if with_compile:
+        functions.append(("compile", fresh_compile(eager)))
+    providers = []
+    for name, gn in functions:  # default arguments bind this iteration's values into each lambda
+        if backward_only:
+            y = gn(x, weight, bias)
+            providers.append(Provider(name, lambda y=y: _backward_only(y, x, weight, bias, dy),
+                                      tensor_bytes + param_bytes))
+        else:
+            providers.append(Provider(name, lambda gn=gn: _training_step(gn, x, weight, bias, dy),
+                                      2 * tensor_bytes + param_bytes))
+    return providers
+
+
+def training_floor_provider(x, dy, backward_only: bool) -> Provider:
+    """The training floor, named "copy" like the forward floor: forward + backward moves at least x -> y
+    (read, write) and x, dy -> dx (2 reads, 1 write), done as `copy_` then `torch.add(x, dy, out=dx)`;
+    the backward alone only the second."""
+    x_plain = x.detach()
+    y_floor = None if backward_only else torch.empty_like(x_plain)
+    dx_floor = torch.empty_like(x_plain)
+
+    def floor():
+        if y_floor is not None:
+            y_floor.copy_(x_plain)
+        return torch.add(x_plain, dy, out=dx_floor)
+
+    return Provider("copy", floor, 0)
+
+
+def training_floor_bytes(x, backward_only: bool) -> int:
+    """Minimal traffic: backward reads x, dy and writes dx; forward adds a read of x and a write of y."""
+    tensor_bytes = x.numel() * x.element_size()
+    return (3 if backward_only else 5) * tensor_bytes
+
+
+__all__ = ["Provider", "fresh_compile", "forward_providers", "copy_provider", "training_providers",
+           "training_floor_provider", "training_floor_bytes"]
