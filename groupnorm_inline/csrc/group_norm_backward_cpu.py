@@ -1,0 +1,204 @@
+"""C++ source: the `group_norm_backward` operator schema and its CPU kernel.
+
+Gradients of y = (x - mean) * rstd * w[c] + b[c] over each (n, g) slice of D = (C / G) * HW elements,
+with the statistics the forward saved (never recomputed). Per (n, c) row of HW elements:
+
+    db[n, c]  = sum_hw dy                      ds[n, c] = sum_hw dy * (x - mean[n, g])
+
+(ds is taken about the saved mean, so no cancellation when |mean| >> std). Then per (n, g), with
+B = sum_c w[c] db[n, c] and S = sum_c w[c] ds[n, c] over the group's channels:
+
+    dx = rstd * w[c] * dy  +  coef_x * (x - mean)  +  coef_1,
+    coef_x = -rstd^3 * S / D,   coef_1 = -rstd * B / D
+    dw[c]  = sum_n ds[n, c] * rstd[n, g],       db_param[c] = sum_n db[n, c]
+
+The CPU kernel favours exactness over speed: every sum in double, one `at::parallel_for` task per slice.
+Outputs not asked for by `output_mask` come back as empty tensors of shape (0,).
+
+This source is concatenated with the forward's C++ source into one translation unit; the namespace
+itself is defined there (TORCH_LIBRARY), so this one adds its schema with TORCH_LIBRARY_FRAGMENT.
+"""
+
+BACKWARD_SCHEMA = ("group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
+                   "int num_groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
+
+# Argument checks shared by the CPU and CUDA kernels (inline, so both translation units may hold a copy),
+# then the CPU kernel. GN_NAMESPACE is replaced by `group_norm_cpu.with_namespace`.
+GROUP_NORM_BACKWARD_CHECKS = r"""
+#ifndef GN_INLINE_BACKWARD_CHECKS
+#define GN_INLINE_BACKWARD_CHECKS
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+namespace gn_inline_backward {
+
+// Dtype of the saved statistics and of the compute: double for double input, float otherwise.
+inline at::ScalarType stats_type(at::ScalarType input) {
+  return input == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Dtype of grad_weight / grad_bias: the weight's, or the input's when there is no weight.
+inline at::ScalarType param_grad_type(const at::Tensor& input, const std::optional<at::Tensor>& weight) {
+  return (weight.has_value() && weight->defined()) ? weight->scalar_type() : input.scalar_type();
+}
+
+// Raises, naming the argument, for anything the backward kernels cannot take.
+inline void check_backward_args(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+                                const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                int64_t num_groups) {
+  TORCH_CHECK(input.dim() >= 2, "group_norm_backward: expected input with at least 2 dimensions, got ",
+              input.dim());
+  TORCH_CHECK(num_groups > 0, "group_norm_backward: expected num_groups > 0, got ", num_groups);
+  const int64_t N = input.size(0), C = input.size(1);
+  TORCH_CHECK(C % num_groups == 0, "group_norm_backward: the number of channels ", C,
+              " is not divisible by num_groups=", num_groups);
+  TORCH_CHECK(grad_out.sizes() == input.sizes(), "group_norm_backward: expected grad_out of shape ",
+              input.sizes(), " (the input's), but got ", grad_out.sizes());
+  TORCH_CHECK(grad_out.scalar_type() == input.scalar_type(), "group_norm_backward: expected grad_out of dtype ",
+              input.scalar_type(), " (the input's), but got ", grad_out.scalar_type());
+  TORCH_CHECK(grad_out.device() == input.device(), "group_norm_backward: expected grad_out on ", input.device(),
+              " (the input's device), but got ", grad_out.device());
+  const at::ScalarType acc = stats_type(input.scalar_type());
+  for (const at::Tensor* stat : {&mean, &rstd}) {
+    const char* name = stat == &mean ? "mean" : "rstd";
+    TORCH_CHECK(stat->dim() == 2 && stat->size(0) == N && stat->size(1) == num_groups,
+                "group_norm_backward: expected ", name, " of shape [", N, ", ", num_groups, "], but got ",
+                stat->sizes());
+    TORCH_CHECK(stat->scalar_type() == acc, "group_norm_backward: expected ", name, " of dtype ", acc,
+                " for an input of dtype ", input.scalar_type(), ", but got ", stat->scalar_type());
+    TORCH_CHECK(stat->device() == input.device(), "group_norm_backward: expected ", name, " on ",
+                input.device(), ", but got ", stat->device());
+  }
+  if (weight.has_value() && weight->defined()) {
+    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == C, "group_norm_backward: expected weight of shape [", C,
+                "], but got ", weight->sizes());
+    TORCH_CHECK(weight->device() == input.device(), "group_norm_backward: expected weight on ", input.device(),
+                ", but got ", weight->device());
+    TORCH_CHECK(at::isFloatingType(weight->scalar_type()),
+                "group_norm_backward: expected a floating-point weight, but got ", weight->scalar_type());
+  }
+}
+
+}  // namespace gn_inline_backward
+#endif  // GN_INLINE_BACKWARD_CHECKS
+"""
+
+GROUP_NORM_BACKWARD_CPU_TEMPLATE = GROUP_NORM_BACKWARD_CHECKS + r"""
+#include <ATen/Parallel.h>
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+#include <array>
+#include <vector>
+
+namespace gn_inline_backward_cpu {
+
+// One (n, g) slice: x, dy, dx: (cpg, HW) contiguous; w: the group's cpg weights (double) or null;
+// ds, db: the group's cpg per-channel sums (written here, read again for dw/db).
+template <typename T>
+void backward_slice(const T* x, const T* dy, T* dx, const double* w, double mean, double rstd, int64_t cpg,
+                    int64_t HW, double* ds, double* db) {
+  double S = 0, B = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const T* xr = x + cl * HW;
+    const T* dyr = dy + cl * HW;
+    double s = 0, b = 0;
+    for (int64_t i = 0; i < HW; ++i) {
+      const double g = static_cast<double>(dyr[i]);
+      s += g * (static_cast<double>(xr[i]) - mean);
+      b += g;
+    }
+    ds[cl] = s;
+    db[cl] = b;
+    const double wc = w ? w[cl] : 1.0;
+    S += wc * s;
+    B += wc * b;
+  }
+  if (dx == nullptr) return;
+  const double D = static_cast<double>(cpg * HW);
+  const double coef_x = -rstd * rstd * rstd * S / D;
+  const double coef_1 = -rstd * B / D;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const double a = rstd * (w ? w[cl] : 1.0);
+    const T* xr = x + cl * HW;
+    const T* dyr = dy + cl * HW;
+    T* dxr = dx + cl * HW;
+    for (int64_t i = 0; i < HW; ++i)
+      dxr[i] = static_cast<T>(a * static_cast<double>(dyr[i]) +
+                              coef_x * (static_cast<double>(xr[i]) - mean) + coef_1);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask) {
+  using namespace gn_inline_backward;
+  TORCH_CHECK(input.device().is_cpu(), "group_norm_backward_cpu: expected a CPU input");
+  check_backward_args(grad_out, input, mean, rstd, weight, num_groups);
+  const int64_t N = input.size(0), C = input.size(1), G = num_groups, cpg = C / G;
+  const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
+  const at::ScalarType pdt = param_grad_type(input, weight);
+  at::Tensor dx = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
+  at::Tensor dw = at::empty({output_mask[1] ? C : 0}, input.options().dtype(pdt));
+  at::Tensor dbias = at::empty({output_mask[2] ? C : 0}, input.options().dtype(pdt));
+  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {dx, dw, dbias};
+  if (input.numel() == 0) {  // no elements: every sum is zero
+    dw.zero_();
+    dbias.zero_();
+    return {dx, dw, dbias};
+  }
+  const at::Tensor x = input.contiguous();
+  const at::Tensor dy = grad_out.contiguous();
+  const at::Tensor mean64 = mean.to(at::kDouble).contiguous();
+  const at::Tensor rstd64 = rstd.to(at::kDouble).contiguous();
+  const bool affine = weight.has_value() && weight->defined();
+  const at::Tensor w64 = affine ? weight->to(at::kDouble).contiguous() : at::Tensor();
+  // Per-(n, c) sums, kept for dw / db: (N, C) each.
+  std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
+  const double* mp = mean64.data_ptr<double>();
+  const double* rp = rstd64.data_ptr<double>();
+  const double* wp = affine ? w64.data_ptr<double>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* dyp = dy.data_ptr<scalar_t>();
+    scalar_t* dxp = output_mask[0] ? dx.data_ptr<scalar_t>() : nullptr;
+    at::parallel_for(0, N * G, 1, [&](int64_t first, int64_t last) {
+      for (int64_t slice = first; slice < last; ++slice) {
+        const int64_t offset = slice * cpg * HW;
+        backward_slice<scalar_t>(xp + offset, dyp + offset, dxp ? dxp + offset : nullptr,
+                                 wp ? wp + (slice % G) * cpg : nullptr, mp[slice], rp[slice], cpg, HW,
+                                 ds.data() + slice * cpg, db.data() + slice * cpg);
+      }
+    });
+  });
+  if (output_mask[1] || output_mask[2]) {
+    at::Tensor dw64 = at::empty({C}, input.options().dtype(at::kDouble));
+    at::Tensor db64 = at::empty({C}, input.options().dtype(at::kDouble));
+    double* dwp = dw64.data_ptr<double>();
+    double* dbp = db64.data_ptr<double>();
+    for (int64_t c = 0; c < C; ++c) {
+      double sw = 0, sb = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        sw += ds[n * C + c] * rp[n * G + c / cpg];
+        sb += db[n * C + c];
+      }
+      dwp[c] = sw;
+      dbp[c] = sb;
+    }
+    if (output_mask[1]) dw.copy_(dw64);
+    if (output_mask[2]) dbias.copy_(db64);
+  }
+  return {dx, dw, dbias};
+}
+
+}  // namespace gn_inline_backward_cpu
+
+TORCH_LIBRARY_FRAGMENT(GN_NAMESPACE, m) {
+  m.def("@BACKWARD_SCHEMA@");
+}
+
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
+  m.impl("group_norm_backward", &gn_inline_backward_cpu::group_norm_backward_cpu);
+}
+""".replace("@BACKWARD_SCHEMA@", BACKWARD_SCHEMA)
