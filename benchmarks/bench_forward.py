@@ -12,6 +12,7 @@ Writes <out>/<device>-<date>.csv, a .png chart and a .md table, and prints the t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import gc
@@ -160,7 +161,7 @@ class SuiteRunner:
     def _new_records(self, section: str, case: suite.Case, names, traffic_bytes: int) -> dict[str, Record]:
         return {name: Record(section=section, row=case.label, shape=case.shape_text, groups=case.groups,
                              dtype=suite.dtype_name(case.dtype), provider=name, traffic_bytes=traffic_bytes,
-                             note=case.note if name == "ours" else "")
+                             about=case.about)
                 for name in names}
 
     def _finish(self, records: dict[str, Record]) -> None:
@@ -236,38 +237,41 @@ class SuiteRunner:
             return
         x, weight, bias = self._random_inputs(case, requires_grad=True)
         dy = torch.randn_like(x, requires_grad=False)
-        with_compile = self.on_cuda and self.settings.with_compile
         for section, backward_only in (("fwd+bwd", False), ("bwd", True)):
             if backward_only:
                 self.progress.step("backward alone")
+            context = prov.retained_graph_compile_config() if backward_only else contextlib.nullcontext()
+            with context:
+                self._training_section(section, backward_only, case, x, weight, bias, dy)
+
+    def _training_section(self, section: str, backward_only: bool, case: suite.Case, x, weight, bias, dy):
+        with_compile = self.on_cuda and self.settings.with_compile
+        try:
+            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, with_compile, backward_only)
+        except Exception as error:  # noqa: BLE001
+            self._skip(section, case, f"failed to set up: {_short(error)}")
+            self.progress.message(traceback.format_exc())
+            return
+        traffic = prov.training_floor_bytes(x, backward_only)
+        records = self._new_records(section, case, [p.name for p in providers] + ["copy"], traffic)
+        for provider in providers:
+            record = records[provider.name]
+            self.progress.step(f"checking {provider.name} gradients")
             try:
-                providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, with_compile,
-                                                    backward_only)
+                grads = provider.fn()[-3:]
+                ok, dx_err, problem = correctness.check_gradients_against_float64(
+                    grads, x, weight, bias, dy, case.groups, EPS)
+                record.correct, record.max_abs_err = ("yes" if ok else "no"), dx_err
+                record.note = _join(record.note, problem)
+                del grads
             except Exception as error:  # noqa: BLE001
-                self._skip(section, case, f"failed to set up: {_short(error)}")
+                record.correct = "no"
+                record.note = _join(record.note, f"failed: {_short(error)}")
                 self.progress.message(traceback.format_exc())
-                continue
-            traffic = prov.training_floor_bytes(x, backward_only)
-            records = self._new_records(section, case, [p.name for p in providers] + ["copy"], traffic)
-            for provider in providers:
-                record = records[provider.name]
-                self.progress.step(f"checking {provider.name} gradients")
-                try:
-                    grads = provider.fn()[-3:]
-                    ok, dx_err, problem = correctness.check_gradients_against_float64(
-                        grads, x, weight, bias, dy, case.groups, EPS)
-                    record.correct, record.max_abs_err = ("yes" if ok else "no"), dx_err
-                    record.note = _join(record.note, problem)
-                    del grads
-                except Exception as error:  # noqa: BLE001
-                    record.correct = "no"
-                    record.note = _join(record.note, f"failed: {_short(error)}")
-                    self.progress.message(traceback.format_exc())
-            runnable = [p for p in providers if "failed:" not in records[p.name].note]
-            runnable.append(prov.training_floor_provider(x, dy, backward_only))
-            self._time_all(records, runnable, working_set_bytes=traffic)
-            del providers, runnable
-            self._finish(records)
+        runnable = [p for p in providers if "failed:" not in records[p.name].note]
+        runnable.append(prov.training_floor_provider(x, dy, backward_only))
+        self._time_all(records, runnable, working_set_bytes=traffic)
+        self._finish(records)
 
     # ---- level-2 problems ---------------------------------------------------------------------------
     def problem_row(self, key: str) -> None:
@@ -290,14 +294,14 @@ class SuiteRunner:
             self.progress.step(f"skipped: cannot import its module ({_short(error)})")
             return
         try:
-            self._problem_row(module, label)
+            self._problem_row(module, label, info.summary)
         except Exception as error:  # noqa: BLE001
             self.progress.message(traceback.format_exc())
             record = Record(section="problem", row=label, shape="", groups=0, dtype="fp32", provider="ours",
                             note=f"failed: {_short(error)}")
             self.records.append(record)
 
-    def _problem_row(self, module, label: str) -> None:
+    def _problem_row(self, module, label: str, about: str = "") -> None:
         """ModelNew vs Model vs torch.compile(Model), built and fed as the KernelBench harness does."""
         device = self.settings.device
         torch.manual_seed(42)
@@ -311,7 +315,7 @@ class SuiteRunner:
         x = next(t for t in inputs if isinstance(t, torch.Tensor))
         groups = next((getattr(module, n) for n in ("num_groups", "groups") if hasattr(module, n)), 0)
         records = {name: Record(section="problem", row=label, shape="x".join(map(str, x.shape)), groups=groups,
-                                dtype="fp32", provider=name)
+                                dtype="fp32", provider=name, about=about)
                    for name in ("ours", "eager", "compile")}
         with torch.no_grad():
             self.progress.step("checking ModelNew against Model and a float64 Model")

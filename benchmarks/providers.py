@@ -8,10 +8,12 @@ recompile limit is never reached across rows (hitting it silently falls back to 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch._functorch.config
 import torch.nn.functional as F
 
 import groupnorm_inline
@@ -93,6 +95,15 @@ def training_providers(x, weight, bias, dy, groups: int, eps: float, with_compil
     return providers
 
 
+def retained_graph_compile_config():
+    """Context for the backward-only section: torch.compile's backward frees ("donates") saved buffers by
+    default, which forbids retain_graph=True; donation saves memory, not time, so it is turned off here."""
+    config = torch._functorch.config
+    if hasattr(config, "donated_buffer"):
+        return config.patch(donated_buffer=False)
+    return contextlib.nullcontext()
+
+
 def training_floor_provider(x, dy, backward_only: bool) -> Provider:
     """The training floor, named "copy" like the forward floor: forward + backward moves at least x -> y
     (read, write) and x, dy -> dx (2 reads, 1 write), done as `copy_` then `torch.add(x, dy, out=dx)`;
@@ -116,4 +127,4 @@ def training_floor_bytes(x, backward_only: bool) -> int:
 
 
 __all__ = ["Provider", "fresh_compile", "forward_providers", "copy_provider", "training_providers",
-           "training_floor_provider", "training_floor_bytes"]
+           "retained_graph_compile_config", "training_floor_provider", "training_floor_bytes"]

@@ -50,7 +50,8 @@ class Record:
     max_abs_err: float = math.nan     # against float64
     max_abs_diff_vs_eager: float = math.nan
     kb_margin: float = math.nan   # max |out - eager| / (1e-4 + 1e-4 |eager|); KernelBench passes at <= 1
-    note: str = ""
+    note: str = ""                # what went wrong, was skipped, or was measured besides
+    about: str = ""               # what the row stands for
 
 
 CSV_COLUMNS = [f.name for f in fields(RunInfo)] + [f.name for f in fields(Record)]
@@ -145,7 +146,8 @@ def summarise(records: list[Record]) -> Summary:
         if ours is None:
             continue
         if ours.correct == "no":
-            summary.flags.append(f"{section} {row}: ours FAILED the correctness check ({ours.note})".rstrip(" ()"))
+            detail = f" ({ours.note})" if ours.note else ""
+            summary.flags.append(f"{section} {row}: ours FAILED the correctness check{detail}")
         if not math.isfinite(ours.median_ms):
             summary.flags.append(f"{section} {row}: ours not timed ({ours.note})")
             continue
@@ -186,9 +188,9 @@ def markdown_table(info: RunInfo, records: list[Record]) -> str:
     for section, row in rows_in_order(records):
         get = lambda p: table.get((section, row, p))  # noqa: E731
         ours = get("ours")
-        ms = [_fmt(get(p).median_ms, ".3f") if get(p) else "-" for p in PROVIDERS]
         if ours is None:
             continue
+        ms = [_fmt(get(p).median_ms, ".3f") if get(p) else "-" for p in PROVIDERS]
         lines.append(" | ".join([
             f"| {section}", row, *ms,
             _fmt(ours.ratio_to_copy, ".2f", "x"), _fmt(ours.speedup_vs_eager, ".2f", "x"),

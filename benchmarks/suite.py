@@ -25,7 +25,7 @@ class Case:
     shape: tuple[int, ...]
     groups: int
     dtype: torch.dtype
-    note: str = ""
+    about: str = ""   # what the row stands for
 
     @property
     def label(self) -> str:
@@ -45,7 +45,7 @@ class Case:
 
 
 def _rows(spec: list[tuple[tuple[int, ...], int, tuple[str, ...], str]]) -> list[Case]:
-    return [Case(shape, groups, DTYPE_NAMES[d], note) for shape, groups, dtypes, note in spec for d in dtypes]
+    return [Case(shape, groups, DTYPE_NAMES[d], about) for shape, groups, dtypes, about in spec for d in dtypes]
 
 
 # (shape, groups, dtypes, what the row stands for)
