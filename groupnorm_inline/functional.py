@@ -106,7 +106,13 @@ def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Te
     memory_format = _suggested_memory_format(input)
     x = input.contiguous()
     out, mean, rstd = ops.group_norm_forward(x, num_groups, weight, bias, float(eps))
-    if input.device.type == "cpu" and memory_format != torch.contiguous_format:
+    if input.device.type != "cpu":
+        memory_format = torch.contiguous_format  # PyTorch's CUDA kernel always returns a contiguous output
+    if out.numel() == 0:
+        # An empty tensor counts as contiguous whatever its strides, so `input.contiguous()` kept the input's and
+        # the kernel's empty_like copied them: give it the strides PyTorch's output has (no data to move).
+        out = out.as_strided(out.shape, torch.empty(out.shape, device="meta", memory_format=memory_format).stride())
+    elif memory_format != torch.contiguous_format:
         out = out.contiguous(memory_format=memory_format)  # as PyTorch's CPU kernel keeps the layout
     return out, mean, rstd
 
