@@ -139,11 +139,13 @@ def assert_bitwise_equal(actual, expected, what="tensor"):
     """Same shape, dtype and bits in every element (NaN and -0.0 included); the layouts may differ."""
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, \
         f"{what}: {actual.dtype}{tuple(actual.shape)} != {expected.dtype}{tuple(expected.shape)}"
-    bits = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[actual.element_size()]
-    same = actual.contiguous().view(bits) == expected.contiguous().view(bits)
-    if not bool(same.all()):
-        first = (~same).nonzero()[:4].tolist()
-        raise AssertionError(f"{what} changed: {int((~same).sum())} elements differ, first at {first}")
+    size = actual.element_size()
+    as_bytes = [t.contiguous().reshape(-1).view(torch.uint8).reshape(-1, size) for t in (actual, expected)]
+    differs = (as_bytes[0] != as_bytes[1]).any(dim=1)  # per element, flat index
+    if bool(differs.any()):
+        first = [tuple(torch.unravel_index(i, actual.shape)) for i in differs.nonzero()[:4, 0]]
+        raise AssertionError(f"{what} changed: {int(differs.sum())} elements differ, first at "
+                             f"{[tuple(int(k) for k in idx) for idx in first]}")
 
 
 def poison_cuda_allocator(nbytes: int, copies: int = 3, device=None) -> None:
