@@ -20,8 +20,12 @@ SPEEDUP_COLORS = {"eager": "#4C72B0", "compile": "#DD8452"}
 FRACTION_COLORS = {"ours": "#55A868", "eager": "#4C72B0", "compile": "#DD8452"}
 
 
+MAX_LABEL_CHARS = 44
+
+
 def _row_label(section: str, row: str) -> str:
-    return row if section == "forward" else f"[{section}] {row}"
+    label = row if section == "forward" else f"[{section}] {row}"
+    return label if len(label) <= MAX_LABEL_CHARS else label[:MAX_LABEL_CHARS - 1] + "\u2026"
 
 
 def _value(record: Record | None, attribute: str) -> float:
@@ -43,7 +47,8 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
     labels = [_row_label(section, row) for section, row in rows]
     count = max(1, len(rows))
     fig, (ax_speed, ax_frac) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.42 * count), sharey=True,
-                                            gridspec_kw={"width_ratios": [1.2, 1]})
+                                            gridspec_kw={"width_ratios": [1.2, 1]},
+                                            layout="constrained")  # makes room for the two-line title
     positions = list(range(count))
     height = 0.38
 
@@ -71,7 +76,7 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
     ax_speed.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}x"))
     ax_speed.set_xlabel("speedup of ours (log scale; right of 1x: faster than PyTorch)")
     ax_speed.set_title("Speedup of ours")
-    ax_speed.legend(loc="lower right", fontsize=8)
+    ax_speed.legend(loc="best", fontsize=8)
 
     # Right: copy time / provider time, the fraction of a plain copy's bandwidth each provider reaches.
     third = 0.26
@@ -87,9 +92,9 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
         _annotate(ax_frac, bars, values, ".2g")
     ax_frac.axvline(1.0, color="black", linewidth=1)
     ax_frac.set_xlim(0, max([1.15] + [1.1 * v for v in fraction_values]))
-    ax_frac.set_xlabel("fraction of copy bandwidth (copy time / time; 1 = as fast as a copy)")
+    ax_frac.set_xlabel("copy time / time (1 = as fast as a copy)")
     ax_frac.set_title("Fraction of copy bandwidth")
-    ax_frac.legend(loc="lower right", fontsize=8)
+    ax_frac.legend(loc="best", fontsize=8)
 
     ax_speed.set_yticks(positions)
     ax_speed.set_yticklabels(labels, fontsize=8)
@@ -102,7 +107,6 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
                if math.isfinite(summary.geomean_vs_compile) else "no torch.compile timings")
     fig.suptitle(f"groupnorm_inline {info.package} GroupNorm on {info.device} ({info.date})\n"
                  f"torch {info.torch}, CUDA {info.cuda}; medians of {info.timer} timings; {geomean}", fontsize=10)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
