@@ -35,9 +35,16 @@ def load():
     return _ops
 
 
+_has_cuda: bool | None = None
+
+
 def has_cuda_kernels() -> bool:
-    """Whether the loaded (or to-be-loaded) build contains the CUDA kernels."""
-    return plan(SPEC).with_cuda
+    """Whether the loaded (or to-be-loaded) build contains the CUDA kernels (planned once per process:
+    hashing the sources costs ~0.1 ms, too much for every call)."""
+    global _has_cuda
+    if _has_cuda is None:
+        _has_cuda = plan(SPEC).with_cuda
+    return _has_cuda
 
 
 def cuda_unavailable_reason() -> str:

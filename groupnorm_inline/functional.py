@@ -88,6 +88,31 @@ def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
         raise RuntimeError(f"group_norm: inputs on {input.device.type} are not supported (CPU and CUDA only)")
 
 
+def _needs_autograd(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _forward_op(ops, *tensors):
+    """The forward operator, called below the autograd layer when no gradient can be needed.
+
+    The operator's autograd kernel is written in Python (torch.library.register_autograd) and costs
+    ~10 us per call even under no_grad; inference calls skip it. Under torch.compile the plain operator
+    is kept so the graph records it as is.
+    """
+    op = ops.group_norm_forward.default
+    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling() or _needs_autograd(*tensors):
+        return op
+
+    def below_autograd(*args):
+        with _BELOW_AUTOGRAD():
+            return op(*args)
+
+    return below_autograd
+
+
+_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+
+
 def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
                           bias: torch.Tensor | None = None, eps: float = 1e-5):
     """GroupNorm forward returning (output, mean, rstd); mean/rstd are (N, num_groups) float32 (float64 for
@@ -105,7 +130,7 @@ def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Te
     # Kernels read a contiguous (N, C, HW) buffer; other layouts are copied once (never modified).
     memory_format = _suggested_memory_format(input)
     x = input.contiguous()
-    out, mean, rstd = ops.group_norm_forward(x, num_groups, weight, bias, float(eps))
+    out, mean, rstd = _forward_op(ops, x, weight, bias)(x, num_groups, weight, bias, float(eps))
     if input.device.type != "cpu":
         memory_format = torch.contiguous_format  # PyTorch's CUDA kernel always returns a contiguous output
     if out.numel() == 0:

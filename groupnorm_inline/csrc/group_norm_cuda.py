@@ -1,16 +1,25 @@
 """CUDA source of the GroupNorm forward: statistics per (n, g) slice, then y = x * a[c] + b[c].
 
 Layout: the input is contiguous (N, C, HW) with HW the product of the trailing dims; the (n, g) slice is
-the D = (C / G) * HW contiguous elements starting at (n * C + g * C / G) * HW. Three launch plans:
+the D = (C / G) * HW contiguous elements starting at (n * C + g * C / G) * HW. The launch plan is picked
+by the slice size in bytes against what one SM can hold (`choose_plan` in the host code):
 
-  fused   one CTA per slice: reduce the slice, then normalise it (the second read hits L2/L1 when the
-          slice is small, HBM otherwise). One launch; chosen when the slices alone fill the GPU.
-  split   several CTAs per slice: `gn_stats_partial` writes per-CTA sums, `gn_finalize` turns them
-          into mean/rstd, `gn_apply` normalises. Chosen when there are too few slices to fill the GPU.
+  small     D <= LANES * VEC * 4: a group of LANES (4..32) threads per slice holds it in registers,
+            reduces with shuffles, writes. One HBM read. (e.g. (1024, 8192) G=256: 32 floats a slice)
+  resident  slice <= 16 x 200 KB on sm_90+ (<= 200 KB elsewhere): a thread-block cluster of CS CTAs per
+            slice; each CTA keeps its part in shared memory, partial sums are exchanged through
+            distributed shared memory, then each CTA normalises its part from shared memory. One HBM
+            read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
+            one CTA's loads overlap another's stores.
+  fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
+            with a second read of the slice.
+  split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
+            `gn_finalize` -> `gn_apply`.
 
 Numerics: sums of (x - K) and (x - K)^2 with K the slice's first element, so |mean| >> std does not
 cancel; each thread adds UNROLL*VEC elements in the compute type (float for fp32/fp16/bf16) before
-folding them into double, and CTAs combine their sums in double.
+folding them into double, and CTAs combine their sums in double. The output is formed as
+(x - K) * a + (b - (mean - K) * a), so the large mean never meets the small deviations in float.
 """
 
 from .common_cuda import COMMON_CUDA_HEADER
@@ -22,14 +31,51 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + r"""
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
+#include <cooperative_groups.h>
 
 namespace gn_inline {
 
 template <typename T> struct Compute { using type = float; };
 template <> struct Compute<double> { using type = double; };
 
-constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
+constexpr int kThreads = 256;          // fused / split kernels
+constexpr int kUnroll = 4;             // vectors loaded before first use, per thread
+constexpr int kSmallVecs = 4;          // vectors per thread held in registers by the small-slice kernel
+constexpr int kResidentMaxThreads = 512;
+
+// Normalisation constants of one slice: y = (x - K) * rstd * w[c] + (b[c] - mean_k * rstd * w[c]).
+template <typename C>
+struct SliceNorm {
+  C K;       // shift: the slice's first element
+  C mean_k;  // mean - K
+  C rstd;
+};
+
+template <typename C>
+__device__ __forceinline__ SliceNorm<C> norm_from_sums(double s, double ss, double count, C K, double eps) {
+  const double m = s / count;                       // mean of (x - K)
+  const double var = fmax(ss / count - m * m, 0.0); // biased variance, as nn.GroupNorm
+  return SliceNorm<C>{K, static_cast<C>(m), static_cast<C>(1.0 / sqrt(var + eps))};
+}
+
+template <typename C>
+__device__ __forceinline__ void write_stats(const SliceNorm<C>& n, C* mean_out, C* rstd_out, int64_t slice) {
+  mean_out[slice] = static_cast<C>(static_cast<double>(n.K) + static_cast<double>(n.mean_k));
+  rstd_out[slice] = n.rstd;
+}
+
+// Accumulates the shifted sums of one vector into (ls, lss).
+template <typename T, int VEC>
+__device__ __forceinline__ void add_shifted(const Vec<T, VEC>& v, typename Compute<T>::type K,
+                                            typename Compute<T>::type& ls, typename Compute<T>::type& lss) {
+  using C = typename Compute<T>::type;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const C d = static_cast<C>(v.v[k]) - K;
+    ls += d;
+    lss += d * d;
+  }
+}
 
 // Per-thread shifted sums over xs[begin, end), a multiple of VEC elements, starting at a VEC boundary.
 template <typename T, typename I, int VEC>
@@ -44,58 +90,45 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
     for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
     C ls = 0, lss = 0;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const C d = static_cast<C>(v[u].v[k]) - K;
-        ls += d;
-        lss += d * d;
-      }
+    for (int u = 0; u < kUnroll; ++u) add_shifted<T, VEC>(v[u], K, ls, lss);
     s += ls;
     ss += lss;
   }
   for (; j < end; j += stride) {
-    const Vec<T, VEC> v = load_vec<T, VEC>(xs + j);
     C ls = 0, lss = 0;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const C d = static_cast<C>(v.v[k]) - K;
-      ls += d;
-      lss += d * d;
-    }
+    add_shifted<T, VEC>(load_vec<T, VEC>(xs + j), K, ls, lss);
     s += ls;
     ss += lss;
   }
 }
 
-// y = x * a + b over one vector whose first element is at slice offset j; channel of element k is
-// (j + k) / HW. `w`, `b` point at the group's first channel; unused when !AFFINE.
+// Normalises one vector whose first element is at slice offset j; element k is in channel (j + k) / HW.
+// `w`, `b` point at the group's first channel; unused when !AFFINE.
 template <typename T, typename I, int VEC, bool AFFINE>
 __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, I HW, bool channel_per_vec,
                                                      const typename Compute<T>::type* __restrict__ w,
                                                      const typename Compute<T>::type* __restrict__ b,
-                                                     typename Compute<T>::type mean,
-                                                     typename Compute<T>::type rstd) {
+                                                     const SliceNorm<typename Compute<T>::type>& n) {
   using C = typename Compute<T>::type;
   Vec<T, VEC> out;
   if (!AFFINE) {
-    const C shift = -mean * rstd;
+    const C shift = -n.mean_k * n.rstd;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(static_cast<C>(v.v[k]) * rstd + shift);
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * n.rstd + shift);
   } else if (channel_per_vec) {  // HW % VEC == 0: the whole vector lies in one channel
     const I c = j / HW;
-    const C a = rstd * w[c];
-    const C shift = b[c] - mean * a;
+    const C a = n.rstd * w[c];
+    const C shift = b[c] - n.mean_k * a;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(static_cast<C>(v.v[k]) * a + shift);
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + shift);
   } else {  // the vector may cross channel boundaries (HW < VEC or HW % VEC != 0)
     I c = j / HW;
     I r = j - c * HW;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       if (r == HW) { ++c; r = 0; }
-      const C a = rstd * w[c];
-      out.v[k] = static_cast<T>(static_cast<C>(v.v[k]) * a + (b[c] - mean * a));
+      const C a = n.rstd * w[c];
+      out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + (b[c] - n.mean_k * a));
       ++r;
     }
   }
@@ -106,8 +139,7 @@ template <typename T, typename I, int VEC, bool AFFINE>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
                                                 I HW, const typename Compute<T>::type* __restrict__ w,
                                                 const typename Compute<T>::type* __restrict__ b,
-                                                typename Compute<T>::type mean,
-                                                typename Compute<T>::type rstd) {
+                                                const SliceNorm<typename Compute<T>::type>& n) {
   const bool channel_per_vec = (HW % VEC) == 0;
   const I stride = static_cast<I>(blockDim.x) * VEC;
   I j = begin + static_cast<I>(threadIdx.x) * VEC;
@@ -117,25 +149,164 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
     for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      store_vec_streaming<T, VEC>(
-          ys + j + u * stride,
-          normalize_vec<T, I, VEC, AFFINE>(v[u], j + u * stride, HW, channel_per_vec, w, b, mean, rstd));
+      store_vec_streaming<T, VEC>(ys + j + u * stride,
+                                  normalize_vec<T, I, VEC, AFFINE>(v[u], j + u * stride, HW, channel_per_vec, w, b, n));
   }
   for (; j < end; j += stride)
     store_vec_streaming<T, VEC>(
-        ys + j, normalize_vec<T, I, VEC, AFFINE>(load_vec<T, VEC>(xs + j), j, HW, channel_per_vec, w, b, mean, rstd));
+        ys + j, normalize_vec<T, I, VEC, AFFINE>(load_vec<T, VEC>(xs + j), j, HW, channel_per_vec, w, b, n));
 }
 
-template <typename C>
-__device__ __forceinline__ void mean_rstd_from_sums(double s, double ss, double count, C K, double eps,
-                                                    C& mean, C& rstd) {
-  const double m = s / count;                       // mean of (x - K)
-  const double var = fmax(ss / count - m * m, 0.0); // biased variance, as nn.GroupNorm
-  mean = static_cast<C>(static_cast<double>(K) + m);
-  rstd = static_cast<C>(1.0 / sqrt(var + eps));
+// ---- small plan: LANES threads per slice, the slice in registers --------------------------------------
+// x, y: (slices, D) with D <= LANES * VEC * kSmallVecs; grid-stride over CTA-sized groups of slices.
+template <typename T, int VEC, int LANES, bool AFFINE>
+__global__ void __launch_bounds__(kThreads) gn_small_slices(
+    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
+    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
+    int D, double eps) {
+  using C = typename Compute<T>::type;
+  const int lane = threadIdx.x % LANES;
+  const int64_t slices_per_cta = blockDim.x / LANES;
+  const bool channel_per_vec = (HW % VEC) == 0;
+  // The loop bound is uniform per CTA (shuffles need every lane of the warp); groups past the end idle.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * slices_per_cta; first < slices;
+       first += static_cast<int64_t>(gridDim.x) * slices_per_cta) {
+    const int64_t slice = first + threadIdx.x / LANES;
+    const bool active = slice < slices;
+    const T* xs = x + slice * D;
+    T* ys = y + slice * D;
+    const C K = active ? static_cast<C>(xs[0]) : C(0);
+    Vec<T, VEC> v[kSmallVecs];
+    C ls = 0, lss = 0;
+#pragma unroll
+    for (int u = 0; u < kSmallVecs; ++u) {
+      const int j = (u * LANES + lane) * VEC;
+      if (active && j < D) {
+        v[u] = load_vec<T, VEC>(xs + j);
+        add_shifted<T, VEC>(v[u], K, ls, lss);
+      }
+    }
+    double s = ls, ss = lss;
+#pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, offset, LANES);
+      ss += __shfl_xor_sync(0xffffffffu, ss, offset, LANES);
+    }
+    if (!active) continue;
+    const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), K, eps);
+    if (lane == 0) write_stats(n, mean_out, rstd_out, slice);
+    const int64_t c0 = (slice % G) * channels_per_group;
+#pragma unroll
+    for (int u = 0; u < kSmallVecs; ++u) {
+      const int j = (u * LANES + lane) * VEC;
+      if (j < D)
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(v[u], j, HW, channel_per_vec,
+                                                                                AFFINE ? w + c0 : w,
+                                                                                AFFINE ? b + c0 : b, n));
+    }
+  }
 }
 
-// One CTA per (n, g) slice. x, y: (N*G slices, D); w, b: (C,) or null; mean, rstd: (N*G,).
+// ---- resident plan: a cluster of CTAs per slice, the slice in shared memory ----------------------------
+// CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)), part a multiple of VEC.
+template <typename T, int VEC, bool AFFINE>
+__global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
+    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
+    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int channels_per_group, int HW, int D, int part,
+    double eps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Built for pre-Hopper archs: clusters do not exist; the host only launches this with one CTA per slice.
+  const int rank = 0, cluster_size = 1;
+#else
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+#endif
+  using C = typename Compute<T>::type;
+  extern __shared__ __align__(16) unsigned char resident_smem[];
+  T* buf = reinterpret_cast<T*>(resident_smem);     // this CTA's part of the slice
+  __shared__ double scratch[64];
+  __shared__ double cta_sums[2];
+  __shared__ double slice_sums[2];
+  const int64_t slice = blockIdx.x / cluster_size;
+  const T* xs = x + slice * D;
+  T* ys = y + slice * D;
+  const C K = static_cast<C>(xs[0]);
+  const int begin = rank * part;
+  const int end = min(D, begin + part);
+  const int stride = blockDim.x * VEC;
+
+  // 1. stream the part into shared memory, summing as it arrives (kUnroll loads in flight per thread)
+  double s = 0, ss = 0;
+  int j = begin + threadIdx.x * VEC;
+  for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+    C ls = 0, lss = 0;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin) + u * stride) = v[u];
+      add_shifted<T, VEC>(v[u], K, ls, lss);
+    }
+    s += ls;
+    ss += lss;
+  }
+  for (; j < end; j += stride) {
+    const Vec<T, VEC> v = load_vec<T, VEC>(xs + j);
+    *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin)) = v;
+    C ls = 0, lss = 0;
+    add_shifted<T, VEC>(v, K, ls, lss);
+    s += ls;
+    ss += lss;
+  }
+  block_sum2(s, ss, scratch);
+
+  // 2. exchange the CTA sums across the cluster through distributed shared memory
+  if (threadIdx.x == 0) { cta_sums[0] = s; cta_sums[1] = ss; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __syncthreads();
+  if (threadIdx.x == 0) { slice_sums[0] = cta_sums[0]; slice_sums[1] = cta_sums[1]; }
+  __syncthreads();
+#else
+  cluster.sync();  // every CTA's sums are visible cluster-wide
+  if (threadIdx.x < 32) {
+    double rs = 0, rss = 0;
+    if (static_cast<int>(threadIdx.x) < cluster_size) {
+      const double* remote = cluster.map_shared_rank(cta_sums, static_cast<int>(threadIdx.x));
+      rs = remote[0];
+      rss = remote[1];
+    }
+    rs = warp_sum(rs);
+    rss = warp_sum(rss);
+    if (threadIdx.x == 0) { slice_sums[0] = rs; slice_sums[1] = rss; }
+  }
+  __syncthreads();
+  // Done reading other CTAs' shared memory: signal now, wait before exiting (a CTA's shared memory must
+  // outlive every remote read of it).
+  cluster.barrier_arrive();
+#endif
+  const SliceNorm<C> n = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
+  if (rank == 0 && threadIdx.x == 0) write_stats(n, mean_out, rstd_out, slice);
+
+  // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
+  const int64_t c0 = (slice % G) * channels_per_group;
+  const bool channel_per_vec = (HW % VEC) == 0;
+  for (j = begin + threadIdx.x * VEC; j < end; j += stride) {
+    const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
+    store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(v, j, HW, channel_per_vec,
+                                                                            AFFINE ? w + c0 : w,
+                                                                            AFFINE ? b + c0 : b, n));
+  }
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+  cluster.barrier_wait();
+#endif
+}
+
+// ---- fused plan: one CTA per slice, two reads ------------------------------------------------------------
 template <typename T, typename I, int VEC, bool AFFINE>
 __global__ void __launch_bounds__(kThreads) gn_fused_forward(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
@@ -151,14 +322,14 @@ __global__ void __launch_bounds__(kThreads) gn_fused_forward(
   double s = 0, ss = 0;
   shifted_sums<T, I, VEC>(xs, I(0), D, K, s, ss);
   block_sum2(s, ss, scratch);
-  C mean, rstd;
-  mean_rstd_from_sums<C>(s, ss, static_cast<double>(D), K, eps, mean, rstd);
-  if (threadIdx.x == 0) { mean_out[slice] = mean; rstd_out[slice] = rstd; }
+  const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), K, eps);
+  if (threadIdx.x == 0) write_stats(n, mean_out, rstd_out, slice);
   const int64_t c0 = (slice % G) * channels_per_group;
-  normalize_range<T, I, VEC, AFFINE>(xs, ys, I(0), D, HW, AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, mean, rstd);
+  normalize_range<T, I, VEC, AFFINE>(xs, ys, I(0), D, HW, AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, n);
 }
 
-// Split plan, step 1: CTA (slice, split) sums chunk `split` of its slice. partial: (N*G, splits, 2).
+// ---- split plan ----------------------------------------------------------------------------------------
+// Step 1: CTA (slice, split) sums chunk `split` of its slice. partial: (slices, splits, 2) doubles.
 template <typename T, typename I, int VEC>
 __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict__ x, double* __restrict__ partial,
                                                              I D, I chunk) {
@@ -179,11 +350,12 @@ __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict
   }
 }
 
-// Split plan, step 2: one thread per slice folds its splits into mean and rstd.
+// Step 2: one thread per slice folds its splits into the slice's constants. norm: (slices, 3) = K, mean-K, rstd.
 template <typename T>
 __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ partial, int64_t slices,
                             int splits, int64_t D, double eps, typename Compute<T>::type* __restrict__ mean_out,
-                            typename Compute<T>::type* __restrict__ rstd_out) {
+                            typename Compute<T>::type* __restrict__ rstd_out,
+                            SliceNorm<typename Compute<T>::type>* __restrict__ norm) {
   using C = typename Compute<T>::type;
   const int64_t slice = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (slice >= slices) return;
@@ -192,95 +364,188 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
     s += partial[(slice * splits + k) * 2];
     ss += partial[(slice * splits + k) * 2 + 1];
   }
-  C mean, rstd;
-  mean_rstd_from_sums<C>(s, ss, static_cast<double>(D), static_cast<C>(x[slice * D]), eps, mean, rstd);
-  mean_out[slice] = mean;
-  rstd_out[slice] = rstd;
+  const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), static_cast<C>(x[slice * D]), eps);
+  write_stats(n, mean_out, rstd_out, slice);
+  norm[slice] = n;
 }
 
-// Split plan, step 3: CTA (slice, split) normalises chunk `split` of its slice.
+// Step 3: CTA (slice, split) normalises chunk `split` of its slice.
 template <typename T, typename I, int VEC, bool AFFINE>
 __global__ void __launch_bounds__(kThreads) gn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, const typename Compute<T>::type* __restrict__ mean_in,
-    const typename Compute<T>::type* __restrict__ rstd_in, int64_t G, int64_t channels_per_group, I HW, I D,
-    I chunk) {
+    const typename Compute<T>::type* __restrict__ b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
+    int64_t G, int64_t channels_per_group, I HW, I D, I chunk) {
   const int64_t slice = blockIdx.x;
   const int64_t offset = slice * static_cast<int64_t>(D);
   const I begin = static_cast<I>(blockIdx.y) * chunk;
   const I end = begin + chunk < D ? begin + chunk : D;
   const int64_t c0 = (slice % G) * channels_per_group;
   normalize_range<T, I, VEC, AFFINE>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
-                                     AFFINE ? b + c0 : b, mean_in[slice], rstd_in[slice]);
+                                     AFFINE ? b + c0 : b, norm[slice]);
 }
 
-inline int sm_count(int device) {
-  static int cached[64] = {0};
-  if (device < 64 && cached[device]) return cached[device];
+// ---- host side ----------------------------------------------------------------------------------------
+struct DeviceInfo {
   int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (device < 64) cached[device] = sms;
-  return sms;
+  int major = 0;
+  int max_smem_optin = 0;  // bytes of shared memory one CTA may opt into
+};
+
+inline const DeviceInfo& device_info(int device) {
+  static DeviceInfo cached[64];
+  TORCH_CHECK(device >= 0 && device < 64, "groupnorm_inline: device index out of range: ", device);
+  DeviceInfo& info = cached[device];
+  if (info.sms == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
+  }
+  return info;
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Launch plan for a contiguous (slices, D) problem with VEC-wide accesses.
+struct Problem {
+  int64_t slices, G, cpg, HW, D;
+  double eps;
+  int device;
+  cudaStream_t stream;
+};
+
+template <typename T>
+struct Pointers {
+  using C = typename Compute<T>::type;
+  const T* x;
+  T* y;
+  const C* w;
+  const C* b;
+  C* mean;
+  C* rstd;
+};
+
+// Part sizes of the resident plan: aim at <= 64 KB per CTA (three CTAs per SM overlap loads with stores),
+// accept up to 200 KB (one per SM) rather than leave the plan.
+constexpr int64_t kResidentTargetBytes = 64 * 1024;
+constexpr int64_t kResidentMaxBytes = 200 * 1024;
+
+template <typename T, int VEC, bool AFFINE>
+bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
+  const DeviceInfo& dev = device_info(pr.device);
+  const int64_t bytes = pr.D * static_cast<int64_t>(sizeof(T));
+  const int max_cluster = dev.major >= 9 ? 16 : 1;
+  int cluster = 1;
+  while (cluster < max_cluster && ceil_div(bytes, cluster) > kResidentTargetBytes) cluster *= 2;
+  if (ceil_div(bytes, cluster) > std::min<int64_t>(kResidentMaxBytes, dev.max_smem_optin - 2048)) return false;
+  if (pr.slices * cluster > 0x7fffffff) return false;
+  const int64_t part = ceil_div(ceil_div(pr.D, cluster), VEC) * VEC;
+  const size_t smem = static_cast<size_t>(part) * sizeof(T);
+  // Threads: enough for >= 4 vectors in flight each; 64..512.
+  int threads = 64;
+  while (threads < kResidentMaxThreads && static_cast<int64_t>(threads) * VEC * kUnroll < part) threads *= 2;
+
+  auto kernel = gn_resident<T, VEC, AFFINE>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = pr.stream;
+  cudaLaunchAttribute attr[1];
+  config.attrs = attr;
+  config.numAttrs = 0;
+  if (cluster > 1) {
+    if (cluster > 8)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.numAttrs = 1;
+    int active_clusters = 0;
+    // A cluster this size with this much shared memory per CTA may not fit a GPC: ask, don't fail.
+    if (cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config) != cudaSuccess || active_clusters < 1) {
+      (void)cudaGetLastError();  // clear the query's error state; the caller takes another plan
+      return false;
+    }
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,
+                                    static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(pr.D),
+                                    static_cast<int>(part), pr.eps));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+template <typename T, int VEC, int LANES, bool AFFINE>
+void launch_small(const Pointers<T>& p, const Problem& pr) {
+  const int64_t slices_per_cta = kThreads / LANES;
+  const int64_t blocks = std::min<int64_t>(ceil_div(pr.slices, slices_per_cta),
+                                           static_cast<int64_t>(device_info(pr.device).sms) * 16);
+  gn_small_slices<T, VEC, LANES, AFFINE><<<static_cast<unsigned>(blocks), kThreads, 0, pr.stream>>>(
+      p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
+      static_cast<int>(pr.D), pr.eps);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename T, typename I, int VEC, bool AFFINE>
-void launch_forward(const T* x, T* y, const typename Compute<T>::type* w, const typename Compute<T>::type* b,
-                    typename Compute<T>::type* mean, typename Compute<T>::type* rstd, int64_t slices, int64_t G,
-                    int64_t channels_per_group, int64_t HW, int64_t D, double eps, int device,
-                    const at::TensorOptions& opts, cudaStream_t stream) {
+void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  using C = typename Compute<T>::type;
   // Enough CTAs for ~4 resident waves of 256-thread CTAs; each CTA should still stream >= 32 KB.
-  const int64_t target_ctas = static_cast<int64_t>(sm_count(device)) * 32;
+  const int64_t target_ctas = static_cast<int64_t>(device_info(pr.device).sms) * 32;
   const int64_t min_chunk = 8192;  // elements
-  int64_t splits = slices >= target_ctas ? 1 : ceil_div(target_ctas, slices);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, D / min_chunk));
+  int64_t splits = pr.slices >= target_ctas ? 1 : ceil_div(target_ctas, pr.slices);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, pr.D / min_chunk));
   splits = std::min<int64_t>(splits, 65535);
   if (splits == 1) {
-    gn_fused_forward<T, I, VEC, AFFINE><<<static_cast<unsigned>(slices), kThreads, 0, stream>>>(
-        x, y, w, b, mean, rstd, G, channels_per_group, static_cast<I>(HW), static_cast<I>(D), eps);
+    gn_fused_forward<T, I, VEC, AFFINE><<<static_cast<unsigned>(pr.slices), kThreads, 0, pr.stream>>>(
+        p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G, pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D), pr.eps);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
   // Chunks are whole multiples of a warp's vector footprint so accesses stay aligned and coalesced.
   const int64_t quantum = 32 * VEC;
-  const int64_t chunk = ceil_div(ceil_div(D, splits), quantum) * quantum;
-  splits = ceil_div(D, chunk);
-  at::Tensor partial = at::empty({slices * splits * 2}, opts.dtype(at::kDouble));
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(splits));
-  gn_stats_partial<T, I, VEC><<<grid, kThreads, 0, stream>>>(x, partial.data_ptr<double>(), static_cast<I>(D),
-                                                             static_cast<I>(chunk));
+  const int64_t chunk = ceil_div(ceil_div(pr.D, splits), quantum) * quantum;
+  splits = ceil_div(pr.D, chunk);
+  // Scratch, O(slices * splits): partial sums, then each slice's (K, mean - K, rstd).
+  at::Tensor partial = at::empty({pr.slices * splits * 2}, opts.dtype(at::kDouble));
+  at::Tensor norm = at::empty({static_cast<int64_t>(pr.slices * sizeof(SliceNorm<C>))}, opts.dtype(at::kByte));
+  auto* norm_ptr = reinterpret_cast<SliceNorm<C>*>(norm.data_ptr());
+  const dim3 grid(static_cast<unsigned>(pr.slices), static_cast<unsigned>(splits));
+  gn_stats_partial<T, I, VEC><<<grid, kThreads, 0, pr.stream>>>(p.x, partial.data_ptr<double>(),
+                                                                static_cast<I>(pr.D), static_cast<I>(chunk));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_finalize<T><<<static_cast<unsigned>(ceil_div(slices, 128)), 128, 0, stream>>>(
-      x, partial.data_ptr<double>(), slices, static_cast<int>(splits), D, eps, mean, rstd);
+  gn_finalize<T><<<static_cast<unsigned>(ceil_div(pr.slices, 128)), 128, 0, pr.stream>>>(
+      p.x, partial.data_ptr<double>(), pr.slices, static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_apply<T, I, VEC, AFFINE><<<grid, kThreads, 0, stream>>>(x, y, w, b, mean, rstd, G, channels_per_group,
-                                                             static_cast<I>(HW), static_cast<I>(D),
-                                                             static_cast<I>(chunk));
+  gn_apply<T, I, VEC, AFFINE><<<grid, kThreads, 0, pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, pr.G, pr.cpg,
+                                                                static_cast<I>(pr.HW), static_cast<I>(pr.D),
+                                                                static_cast<I>(chunk));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T, typename I, bool AFFINE>
-void dispatch_vec(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
-                  at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream) {
+// Picks the plan for one problem (see the module docstring) and launches it.
+template <typename T, int VEC, bool AFFINE>
+void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  const int64_t per_lane = static_cast<int64_t>(VEC) * kSmallVecs;
+  if (pr.D <= 4 * per_lane) return launch_small<T, VEC, 4, AFFINE>(p, pr);
+  if (pr.D <= 8 * per_lane) return launch_small<T, VEC, 8, AFFINE>(p, pr);
+  if (pr.D <= 32 * per_lane) return launch_small<T, VEC, 32, AFFINE>(p, pr);
+  if (try_launch_resident<T, VEC, AFFINE>(p, pr)) return;
+  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE>(p, pr, opts);
+  launch_streaming<T, int64_t, VEC, AFFINE>(p, pr, opts);  // 64-bit offsets inside a slice
+}
+
+template <typename T, bool AFFINE>
+void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
+                   at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream) {
   using C = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
-  const int64_t cpg = Cn / G, D = cpg * HW, slices = N * G;
-  const T* xp = x.data_ptr<T>();
-  T* yp = y.data_ptr<T>();
-  const C* wp = AFFINE ? w.data_ptr<C>() : nullptr;
-  const C* bp = AFFINE ? b.data_ptr<C>() : nullptr;
-  const bool aligned = (reinterpret_cast<uintptr_t>(xp) % 16 == 0) && (reinterpret_cast<uintptr_t>(yp) % 16 == 0);
-  const int device = x.get_device();
-  if (aligned && D % V == 0) {
-    launch_forward<T, I, V, AFFINE>(xp, yp, wp, bp, mean.data_ptr<C>(), rstd.data_ptr<C>(), slices, G, cpg, HW, D,
-                                    eps, device, x.options(), stream);
-  } else {  // slices not 16-byte aligned: element-wise accesses
-    launch_forward<T, I, 1, AFFINE>(xp, yp, wp, bp, mean.data_ptr<C>(), rstd.data_ptr<C>(), slices, G, cpg, HW, D,
-                                    eps, device, x.options(), stream);
-  }
+  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream};
+  Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
+                AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+  if (aligned && pr.D % V == 0) launch_forward<T, V, AFFINE>(p, pr, x.options());
+  else launch_forward<T, 1, AFFINE>(p, pr, x.options());  // slices not 16-byte aligned: element accesses
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at::Tensor& input, int64_t num_groups,
@@ -310,16 +575,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at:
     TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cuda: weight/bias must have C elements");
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
-  // 32-bit slice offsets when a slice plus one CTA's stride stays well inside int32.
-  const bool small = C / num_groups * HW < (int64_t(1) << 30);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cuda", [&] {
-    if (affine) {
-      if (small) dispatch_vec<scalar_t, int32_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
-      else dispatch_vec<scalar_t, int64_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
-    } else {
-      if (small) dispatch_vec<scalar_t, int32_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
-      else dispatch_vec<scalar_t, int64_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
-    }
+    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
+    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
   });
   return {y, mean, rstd};
 }
