@@ -350,23 +350,27 @@ __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict
   }
 }
 
-// Step 2: one thread per slice folds its splits into the slice's constants. norm: (slices, 3) = K, mean-K, rstd.
+// Step 2: one CTA per slice folds its splits (up to thousands when a few huge slices fill the GPU) into
+// the slice's constants. norm: (slices,) of (K, mean - K, rstd).
 template <typename T>
-__global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ partial, int64_t slices,
-                            int splits, int64_t D, double eps, typename Compute<T>::type* __restrict__ mean_out,
+__global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ partial, int splits, int64_t D,
+                            double eps, typename Compute<T>::type* __restrict__ mean_out,
                             typename Compute<T>::type* __restrict__ rstd_out,
                             SliceNorm<typename Compute<T>::type>* __restrict__ norm) {
   using C = typename Compute<T>::type;
-  const int64_t slice = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (slice >= slices) return;
+  __shared__ double scratch[64];
+  const int64_t slice = blockIdx.x;
   double s = 0, ss = 0;
-  for (int k = 0; k < splits; ++k) {
+  for (int k = threadIdx.x; k < splits; k += blockDim.x) {
     s += partial[(slice * splits + k) * 2];
     ss += partial[(slice * splits + k) * 2 + 1];
   }
-  const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), static_cast<C>(x[slice * D]), eps);
-  write_stats(n, mean_out, rstd_out, slice);
-  norm[slice] = n;
+  block_sum2(s, ss, scratch);
+  if (threadIdx.x == 0) {
+    const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), static_cast<C>(x[slice * D]), eps);
+    write_stats(n, mean_out, rstd_out, slice);
+    norm[slice] = n;
+  }
 }
 
 // Step 3: CTA (slice, split) normalises chunk `split` of its slice.
@@ -513,8 +517,8 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   gn_stats_partial<T, I, VEC><<<grid, kThreads, 0, pr.stream>>>(p.x, partial.data_ptr<double>(),
                                                                 static_cast<I>(pr.D), static_cast<I>(chunk));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_finalize<T><<<static_cast<unsigned>(ceil_div(pr.slices, 128)), 128, 0, pr.stream>>>(
-      p.x, partial.data_ptr<double>(), pr.slices, static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
+  gn_finalize<T><<<static_cast<unsigned>(pr.slices), 128, 0, pr.stream>>>(
+      p.x, partial.data_ptr<double>(), static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   gn_apply<T, I, VEC, AFFINE><<<grid, kThreads, 0, pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, pr.G, pr.cpg,
                                                                 static_cast<I>(pr.HW), static_cast<I>(pr.D),
