@@ -12,16 +12,8 @@ Writes <out>/<device>-<date>.csv, a .png chart and a .md table, and prints the t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import copy
-import datetime
-import gc
-import math
-import platform
 import re
 import sys
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 # Benchmark the package of this checkout (it need not be installed): the repository root goes on the path
@@ -32,24 +24,12 @@ if (_REPO_ROOT / "groupnorm_inline").is_dir():
 
 import torch  # noqa: E402
 
-import correctness  # noqa: E402
-import providers as prov  # noqa: E402
 import suite  # noqa: E402
 import timing  # noqa: E402
 from progress import Progress  # noqa: E402
-from report import Record, RunInfo, fill_ratios, markdown_table, write_csv  # noqa: E402
+from report import RunInfo, markdown_table, write_csv  # noqa: E402
 
-import groupnorm_inline  # noqa: E402
-
-EPS = 1e-5
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-# Device memory a row needs beyond its tensors: the L2 flush buffer, float64 reference chunks, slack.
-ROW_HEADROOM_BYTES = 2 * 1024**3
-# Full-size tensors held at the peak of a row, in units of the input's size. Forward: x, ours' output and
-# eager's output while they are compared. Training: x, dy, y and dx of the timed provider, the outputs kept
-# for the backward-only timing of each provider, and the full-size temporaries of a PyTorch-ops backward.
-FORWARD_TENSORS = 3
-TRAINING_TENSORS = 12
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -75,16 +55,6 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def describe_run(cpu: bool) -> RunInfo:
-    if cpu:
-        device = f"CPU {platform.machine()}"
-    else:
-        device = torch.cuda.get_device_name()
-    return RunInfo(device=device, torch=torch.__version__, cuda=torch.version.cuda or "none",
-                   package=groupnorm_inline.__version__, date=datetime.date.today().isoformat(),
-                   timer="wall-clock" if cpu else "cuda-events")
-
-
 def output_stem(out_dir: Path, info: RunInfo) -> Path:
     """<out>/<device-slug>-<date>, with -2, -3, ... when an earlier run of the day already wrote that name."""
     base = f"{_slug(info.device)}-{info.date}"
@@ -93,268 +63,6 @@ def output_stem(out_dir: Path, info: RunInfo) -> Path:
         n += 1
         stem = out_dir / f"{base}-{n}"
     return stem
-
-
-def _has_autograd() -> bool:
-    """Whether our op is differentiable: a tiny CPU backward either works or raises."""
-    x = torch.rand(1, 2, 3, requires_grad=True)
-    try:
-        groupnorm_inline.group_norm(x, 1).sum().backward()
-    except RuntimeError:
-        return False
-    return x.grad is not None
-
-
-@dataclass
-class Settings:
-    device: torch.device
-    plan: timing.TimingPlan
-    with_compile: bool
-
-
-class SuiteRunner:
-    """Runs rows one at a time and collects their records; a row that fails is recorded with a note and
-    the suite goes on."""
-
-    def __init__(self, settings: Settings, progress: Progress):
-        self.settings = settings
-        self.progress = progress
-        self.records: list[Record] = []
-        self.on_cuda = settings.device.type == "cuda"
-        self.flusher = timing.L2Flusher(settings.device) if self.on_cuda else None
-
-    # ---- shared steps -------------------------------------------------------------------------------
-    def _fits(self, needed_bytes: int) -> tuple[bool, str]:
-        if not self.on_cuda:
-            return True, ""
-        gc.collect()
-        torch.cuda.empty_cache()
-        free = timing.free_device_bytes()
-        if needed_bytes <= free:
-            return True, ""
-        return False, f"skipped: needs ~{needed_bytes / 1e9:.1f} GB of device memory, {free / 1e9:.1f} GB free"
-
-    def _time(self, provider: prov.Provider, working_set_bytes: int, always_flush: bool = False):
-        """(Timing, extra memory bytes) of one provider."""
-        if not self.on_cuda:
-            return timing.time_cpu(provider.fn, self.settings.plan), math.nan
-        flush = always_flush or timing.needs_l2_flush(working_set_bytes)
-        result = timing.time_cuda(provider.fn, self.settings.plan, self.flusher if flush else None)
-        extra = timing.peak_extra_memory_bytes(provider.fn, provider.result_bytes)
-        return result, extra
-
-    def _time_all(self, records: dict[str, Record], providers: list[prov.Provider], working_set_bytes: int,
-                  always_flush: bool = False) -> None:
-        for provider in providers:
-            record = records[provider.name]
-            self.progress.step(f"timing {provider.name}")
-            try:
-                result, extra = self._time(provider, working_set_bytes, always_flush)
-            except Exception as error:  # noqa: BLE001 - one provider failing must not end the suite
-                record.note = _join(record.note, f"timing failed: {_short(error)}")
-                self.progress.message(traceback.format_exc())
-                continue
-            record.median_ms, record.mean_ms, record.min_ms = result.median_ms, result.mean_ms, result.min_ms
-            record.iters, record.l2_flushed, record.extra_mem_bytes = result.iters, result.l2_flushed, extra
-            self.progress.step(f"{provider.name} {result.median_ms:.4f} ms (median of {result.iters})")
-
-    def _new_records(self, section: str, case: suite.Case, names, traffic_bytes: int) -> dict[str, Record]:
-        return {name: Record(section=section, row=case.label, shape=case.shape_text, groups=case.groups,
-                             dtype=suite.dtype_name(case.dtype), provider=name, traffic_bytes=traffic_bytes,
-                             about=case.about)
-                for name in names}
-
-    def _finish(self, records: dict[str, Record]) -> None:
-        rows = list(records.values())
-        fill_ratios(rows)
-        self.records.extend(rows)
-
-    def _skip(self, section: str, case: suite.Case, reason: str) -> None:
-        self.progress.step(reason)
-        record = self._new_records(section, case, ["ours"], 0)["ours"]
-        record.note = _join(record.note, reason)
-        self.records.append(record)
-
-    def _random_inputs(self, case: suite.Case, requires_grad: bool = False):
-        """x ~ U[0, 1) (as KernelBench draws), random affine weight and bias of the input's dtype."""
-        device, dtype = self.settings.device, case.dtype
-        channels = case.shape[1]
-        x = torch.rand(case.shape, device=device, dtype=dtype)
-        weight = (torch.rand(channels, device=device) + 0.5).to(dtype)
-        bias = torch.randn(channels, device=device).to(dtype)
-        for t in (x, weight, bias):
-            t.requires_grad_(requires_grad)
-        return x, weight, bias
-
-    # ---- forward rows -------------------------------------------------------------------------------
-    def forward_row(self, case: suite.Case) -> None:
-        self.progress.start_row(case.label)
-        fits, reason = self._fits(FORWARD_TENSORS * case.tensor_bytes + ROW_HEADROOM_BYTES)
-        if not fits:
-            self._skip("forward", case, reason)
-            return
-        x, weight, bias = self._random_inputs(case)
-        providers = prov.forward_providers(x, weight, bias, case.groups, EPS, self.on_cuda and
-                                           self.settings.with_compile)
-        records = self._new_records("forward", case, [p.name for p in providers] + ["copy"], 2 * case.tensor_bytes)
-        ours_out = None
-        for provider in providers:  # correctness first; for torch.compile this is also its compilation
-            record = records[provider.name]
-            self.progress.step(f"checking {provider.name}" + (" (compiling)" if provider.name == "compile" else ""))
-            try:
-                out = provider.fn()
-                agreement = correctness.check_against_float64(out, x, case.groups, weight, bias, EPS)
-                record.max_abs_err = agreement.max_abs_err
-                ok = agreement.ok
-                if not ok:
-                    record.note = _join(record.note, f"{agreement.bad_elements} of {agreement.compared} elements "
-                                        "outside the float64 tolerance")
-                if provider.name == "ours":
-                    ours_out = out
-                elif provider.name == "eager" and ours_out is not None:
-                    versus = correctness.check_against(ours_out, out, case.dtype)
-                    records["ours"].max_abs_diff_vs_eager = versus.max_abs_err
-                    if not versus.ok:
-                        records["ours"].correct = "no"
-                        records["ours"].note = _join(records["ours"].note, "outside allclose of eager")
-                    ours_out = None  # compared with everything it is compared with: free it for compile's output
-                record.correct = "yes" if ok and record.correct != "no" else "no"
-                del out
-            except Exception as error:  # noqa: BLE001
-                record.correct = "no"
-                record.note = _join(record.note, f"failed: {_short(error)}")
-                self.progress.message(traceback.format_exc())
-        del ours_out
-        runnable = [p for p in providers if "failed:" not in records[p.name].note] + [prov.copy_provider(x)]
-        self._time_all(records, runnable, working_set_bytes=2 * case.tensor_bytes)
-        self._finish(records)
-
-    # ---- training rows ------------------------------------------------------------------------------
-    def training_row(self, case: suite.Case) -> None:
-        self.progress.start_row(f"fwd+bwd {case.label}")
-        fits, reason = self._fits(TRAINING_TENSORS * case.tensor_bytes + ROW_HEADROOM_BYTES)
-        if not fits:
-            self._skip("fwd+bwd", case, reason)
-            return
-        x, weight, bias = self._random_inputs(case, requires_grad=True)
-        dy = torch.randn_like(x, requires_grad=False)
-        for section, backward_only in (("fwd+bwd", False), ("bwd", True)):
-            if backward_only:
-                self.progress.step("backward alone")
-            context = prov.retained_graph_compile_config() if backward_only else contextlib.nullcontext()
-            with context:
-                self._training_section(section, backward_only, case, x, weight, bias, dy)
-
-    def _training_section(self, section: str, backward_only: bool, case: suite.Case, x, weight, bias, dy):
-        with_compile = self.on_cuda and self.settings.with_compile
-        try:
-            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, with_compile, backward_only)
-        except Exception as error:  # noqa: BLE001
-            self._skip(section, case, f"failed to set up: {_short(error)}")
-            self.progress.message(traceback.format_exc())
-            return
-        traffic = prov.training_floor_bytes(x, backward_only)
-        records = self._new_records(section, case, [p.name for p in providers] + ["copy"], traffic)
-        for provider in providers:
-            record = records[provider.name]
-            self.progress.step(f"checking {provider.name} gradients")
-            try:
-                grads = provider.fn()[-3:]
-                ok, dx_err, problem = correctness.check_gradients_against_float64(
-                    grads, x, weight, bias, dy, case.groups, EPS)
-                record.correct, record.max_abs_err = ("yes" if ok else "no"), dx_err
-                record.note = _join(record.note, problem)
-                del grads
-            except Exception as error:  # noqa: BLE001
-                record.correct = "no"
-                record.note = _join(record.note, f"failed: {_short(error)}")
-                self.progress.message(traceback.format_exc())
-        runnable = [p for p in providers if "failed:" not in records[p.name].note]
-        runnable.append(prov.training_floor_provider(x, dy, backward_only))
-        self._time_all(records, runnable, working_set_bytes=traffic)
-        self._finish(records)
-
-    # ---- level-2 problems ---------------------------------------------------------------------------
-    def problem_row(self, key: str) -> None:
-        from groupnorm_inline import problems
-
-        label = f"KernelBench {key}"
-        self.progress.start_row(label)
-        try:
-            info = problems.find(key)
-        except KeyError:
-            self.progress.step(f"skipped: problem {key} is not in groupnorm_inline.problems.PROBLEMS yet")
-            return
-        label = f"{suite.problem_label(key)} {info.file_name.split('_', 1)[-1]}"  # "L2 #94 Gemm_BiasAdd_..."
-        if not self.on_cuda:
-            self.progress.step("skipped: problem rows run at the real shapes, on a GPU only")
-            return
-        try:
-            module = problems.import_problem(key)
-        except ImportError as error:
-            self.progress.step(f"skipped: cannot import its module ({_short(error)})")
-            return
-        try:
-            self._problem_row(module, label, info.summary)
-        except Exception as error:  # noqa: BLE001
-            self.progress.message(traceback.format_exc())
-            record = Record(section="problem", row=label, shape="", groups=0, dtype="fp32", provider="ours",
-                            note=f"failed: {_short(error)}")
-            self.records.append(record)
-
-    def _problem_row(self, module, label: str, about: str = "") -> None:
-        """ModelNew vs Model vs torch.compile(Model), built and fed as the KernelBench harness does."""
-        device = self.settings.device
-        torch.manual_seed(42)
-        init = module.get_init_inputs()
-        models = {}
-        for name, cls in (("eager", module.Model), ("ours", module.ModelNew)):
-            torch.manual_seed(42)  # set_seed(42) before each construction, on the CPU
-            models[name] = cls(*init).to(device=device, dtype=torch.float32)
-        torch.manual_seed(42)
-        inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
-        x = next(t for t in inputs if isinstance(t, torch.Tensor))
-        groups = next((getattr(module, n) for n in ("num_groups", "groups") if hasattr(module, n)), 0)
-        records = {name: Record(section="problem", row=label, shape="x".join(map(str, x.shape)), groups=groups,
-                                dtype="fp32", provider=name, about=about)
-                   for name in ("ours", "eager", "compile")}
-        with torch.no_grad():
-            self.progress.step("checking ModelNew against Model and a float64 Model")
-            ref = models["eager"](*inputs)
-            out = models["ours"](*inputs)
-            model64 = copy.deepcopy(models["eager"]).to(torch.float64)
-            ref64 = model64(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs])
-            del model64
-            margin = correctness.kernelbench_margin(out, ref)
-            margin64 = correctness.kernelbench_margin(out, ref64)
-            ours = records["ours"]
-            ours.kb_margin, ours.correct = margin, "yes" if margin <= 1.0 else "no"
-            ours.max_abs_err = (out.double() - ref64).abs().max().item() if out.shape == ref64.shape else math.inf
-            ours.max_abs_diff_vs_eager = (out - ref).abs().max().item() if out.shape == ref.shape else math.inf
-            ours.note = f"KernelBench margin vs eager {margin:.3g}, vs float64 {margin64:.3g} (passes at <= 1)"
-            records["eager"].max_abs_err = (ref.double() - ref64).abs().max().item()
-            output_bytes = out.numel() * out.element_size()
-            del out, ref, ref64
-            runnable = [prov.Provider("ours", lambda: models["ours"](*inputs), output_bytes),
-                        prov.Provider("eager", lambda: models["eager"](*inputs), output_bytes)]
-            if self.settings.with_compile:
-                self.progress.step("compiling Model")
-                compiled = prov.fresh_compile(models["eager"])
-                runnable.append(prov.Provider("compile", lambda: compiled(*inputs), output_bytes))
-            else:
-                del records["compile"]
-            # KernelBench flushes L2 before every call of a problem, whatever its size: do the same.
-            self._time_all(records, runnable, working_set_bytes=0, always_flush=True)
-        self._finish(records)
-
-
-def _short(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".splitlines()[0]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _join(*parts: str) -> str:
-    return "; ".join(p for p in parts if p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,25 +81,30 @@ def main(argv: list[str] | None = None) -> int:
     training_rows = suite.CPU_SMOKE_BACKWARD_ROWS if args.cpu_smoke else suite.BACKWARD_ROWS
     forward_rows = suite.select(forward_rows, args.rows, dtypes)
     training_rows = suite.select(training_rows, args.rows, dtypes) if args.backward else []
-    if training_rows and not _has_autograd():
+    problem_keys = suite.select_problems(args.rows) if args.problems else []
+    if not (forward_rows or training_rows or problem_keys):
+        print("no rows selected", file=sys.stderr)
+        return 2
+    # Imported only now: importing the package builds its kernels the first time (about a minute), which a
+    # mistyped option or a machine without a GPU should not cost.
+    import runner as suite_runner
+
+    if training_rows and not suite_runner.has_autograd():
         print("--backward: groupnorm_inline.group_norm is not differentiable in this build; "
               "no backward rows", file=sys.stderr)
         training_rows = []
-    problem_keys = suite.select_problems(args.rows) if args.problems else []
 
     if args.cpu_smoke:
         torch.set_num_threads(1)  # tiny shapes: a thread pool only adds wake-up noise on a busy machine
     plan = (timing.CPU_SMOKE_PLAN if args.cpu_smoke else timing.QUICK_PLAN if args.quick else timing.DEFAULT_PLAN)
     device = torch.device("cpu") if args.cpu_smoke else torch.device("cuda", torch.cuda.current_device())
-    info = describe_run(args.cpu_smoke)
+    info = suite_runner.describe_run(args.cpu_smoke)
     progress = Progress(len(forward_rows) + len(training_rows) + len(problem_keys))
     progress.message(f"GroupNorm benchmarks on {info.device}, torch {info.torch}, CUDA {info.cuda}: "
                      f"{len(forward_rows)} forward, {len(training_rows)} training, {len(problem_keys)} problem rows")
-    if not (forward_rows or training_rows or problem_keys):
-        print("no rows selected", file=sys.stderr)
-        return 2
 
-    runner = SuiteRunner(Settings(device, plan, with_compile=not args.no_compile and not args.cpu_smoke), progress)
+    settings = suite_runner.Settings(device, plan, with_compile=not (args.no_compile or args.cpu_smoke))
+    runner = suite_runner.SuiteRunner(settings, progress)
     for case in forward_rows:
         runner.forward_row(case)
     for case in training_rows:
@@ -399,16 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     for key in problem_keys:
         runner.problem_row(key)
 
-    from plot import plot_results  # matplotlib is imported only once there is something to plot
-
     args.out.mkdir(parents=True, exist_ok=True)
     stem = output_stem(args.out, info)
     table = markdown_table(info, runner.records)
     write_csv(stem.with_suffix(".csv"), info, runner.records)
     stem.with_suffix(".md").write_text(table + "\n")
-    plot_results(info, runner.records, stem.with_suffix(".png"))
     print(table)
-    progress.message(f"wrote {stem.with_suffix('.csv')}, {stem.with_suffix('.png')}, {stem.with_suffix('.md')}")
+    written = [stem.with_suffix(".csv"), stem.with_suffix(".md")]
+    try:  # the chart is the one part that needs matplotlib: without it, the numbers are still kept
+        from plot import plot_results
+    except ImportError as error:
+        progress.message(f"no chart: {error}; install matplotlib, then run: python benchmarks/plot.py "
+                         f"{stem.with_suffix('.csv')}")
+    else:
+        plot_results(info, runner.records, stem.with_suffix(".png"))
+        written.append(stem.with_suffix(".png"))
+    progress.message("wrote " + ", ".join(map(str, written)))
     return 0
 
 
