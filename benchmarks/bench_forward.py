@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also time forward+backward and backward alone (needs autograd support)")
     parser.add_argument("--problems", action="store_true",
                         help="also time the level-2 KernelBench problems (ModelNew vs Model vs compile)")
+    parser.add_argument("--model-kwargs", action="append", metavar="KEY:NAME=VALUE[,...]",
+                        help="an extra problem row whose ModelNew gets these keyword arguments, e.g. "
+                        "'2/94:gemm=fp32' (repeatable; implies --problems for that problem)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT.name}/"
                         " next to this script)")
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         dtypes = suite.parse_dtypes(args.dtypes)
+        variant_rows = suite.parse_model_kwargs(args.model_kwargs)
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
@@ -81,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     training_rows = suite.CPU_SMOKE_BACKWARD_ROWS if args.cpu_smoke else suite.BACKWARD_ROWS
     forward_rows = suite.select(forward_rows, args.rows, dtypes)
     training_rows = suite.select(training_rows, args.rows, dtypes) if args.backward else []
-    problem_keys = suite.select_problems(args.rows) if args.problems else []
-    if not (forward_rows or training_rows or problem_keys):
+    # (problem key, ModelNew keyword arguments): each selected problem as it is, then the requested variants
+    problem_rows = [(key, {}) for key in suite.select_problems(args.rows)] if args.problems else []
+    problem_rows += variant_rows
+    if not (forward_rows or training_rows or problem_rows):
         print("no rows selected", file=sys.stderr)
         return 2
     # Imported only now: importing the package builds its kernels the first time (about a minute), which a
@@ -99,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = (timing.CPU_SMOKE_PLAN if args.cpu_smoke else timing.QUICK_PLAN if args.quick else timing.DEFAULT_PLAN)
     device = torch.device("cpu") if args.cpu_smoke else torch.device("cuda", torch.cuda.current_device())
     info = suite_runner.describe_run(args.cpu_smoke)
-    progress = Progress(len(forward_rows) + len(training_rows) + len(problem_keys))
+    progress = Progress(len(forward_rows) + len(training_rows) + len(problem_rows))
     progress.message(f"GroupNorm benchmarks on {info.device}, torch {info.torch}, CUDA {info.cuda}: "
-                     f"{len(forward_rows)} forward, {len(training_rows)} training, {len(problem_keys)} problem rows")
+                     f"{len(forward_rows)} forward, {len(training_rows)} training, {len(problem_rows)} problem rows")
 
     settings = suite_runner.Settings(device, plan, with_compile=not (args.no_compile or args.cpu_smoke))
     runner = suite_runner.SuiteRunner(settings, progress)
@@ -109,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.forward_row(case)
     for case in training_rows:
         runner.training_row(case)
-    for key in problem_keys:
-        runner.problem_row(key)
+    for key, model_kwargs in problem_rows:
+        runner.problem_row(key, model_kwargs)
 
     args.out.mkdir(parents=True, exist_ok=True)
     stem = output_stem(args.out, info)

@@ -226,10 +226,13 @@ class SuiteRunner:
         self._finish(records)
 
     # ---- level-2 problems ---------------------------------------------------------------------------
-    def problem_row(self, key: str) -> None:
+    def problem_row(self, key: str, model_kwargs: dict | None = None) -> None:
+        """One level-2 problem; `model_kwargs` go to ModelNew only (a variant of ours, e.g. gemm="fp32")."""
         from groupnorm_inline import problems
 
-        label = f"KernelBench {key}"
+        model_kwargs = model_kwargs or {}
+        variant = ", ".join(f"{k}={v!r}" for k, v in model_kwargs.items())
+        label = f"KernelBench {key}" + (f" [{variant}]" if variant else "")
         self.progress.start_row(label)
         try:
             info = problems.find(key)
@@ -237,6 +240,8 @@ class SuiteRunner:
             self.progress.step(f"skipped: problem {key} is not in groupnorm_inline.problems.PROBLEMS yet")
             return
         label = f"{suite.problem_label(key)} {info.file_name.split('_', 1)[-1]}"  # "L2 #94 Gemm_BiasAdd_..."
+        if variant:
+            label += f" [{variant}]"
         if not self.on_cuda:
             self.progress.step("skipped: problem rows run at the real shapes, on a GPU only")
             return
@@ -246,22 +251,22 @@ class SuiteRunner:
             self.progress.step(f"skipped: cannot import its module ({_short(error)})")
             return
         try:
-            self._problem_row(module, label, info.summary)
+            self._problem_row(module, label, info.summary, model_kwargs)
         except Exception as error:  # noqa: BLE001
             self.progress.message(traceback.format_exc())
             record = Record(section="problem", row=label, shape="", groups=0, dtype="fp32", provider="ours",
                             note=f"failed: {_short(error)}")
             self.records.append(record)
 
-    def _problem_row(self, module, label: str, about: str = "") -> None:
+    def _problem_row(self, module, label: str, about: str = "", model_kwargs: dict | None = None) -> None:
         """ModelNew vs Model vs torch.compile(Model), built and fed as the KernelBench harness does."""
         device = self.settings.device
         torch.manual_seed(42)
         init = module.get_init_inputs()
         models = {}
-        for name, cls in (("eager", module.Model), ("ours", module.ModelNew)):
+        for name, cls, kwargs in (("eager", module.Model, {}), ("ours", module.ModelNew, model_kwargs or {})):
             torch.manual_seed(42)  # set_seed(42) before each construction, on the CPU
-            models[name] = cls(*init).to(device=device, dtype=torch.float32)
+            models[name] = cls(*init, **kwargs).to(device=device, dtype=torch.float32)
         torch.manual_seed(42)
         inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
         x = next(t for t in inputs if isinstance(t, torch.Tensor))

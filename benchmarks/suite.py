@@ -7,6 +7,7 @@ diffusion U-Net blocks, a 5-D video block, the 2-D activations of level 2 #94, t
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 
@@ -127,5 +128,30 @@ def select_problems(row_filter: str | None) -> list[str]:
     return [k for k in PROBLEM_KEYS if any(n in _normalised(problem_label(k)) for n in needles)]
 
 
+def parse_model_kwargs(specs: list[str] | None) -> list[tuple[str, dict]]:
+    """["2/94:gemm=fp32,k_splits=1"] -> [("2/94", {"gemm": "fp32", "k_splits": 1})]. Values are Python
+    literals where they parse as one (numbers, True, None, quoted strings), plain strings otherwise."""
+    parsed = []
+    for spec in specs or []:
+        key, sep, assignments = spec.partition(":")
+        if not sep or key.strip() not in PROBLEM_KEYS:
+            raise ValueError(f"--model-kwargs {spec!r}: expected KEY:name=value[,name=value] with KEY one of "
+                             f"{', '.join(PROBLEM_KEYS)}")
+        kwargs = {}
+        for item in filter(None, (part.strip() for part in assignments.split(","))):
+            name, eq, text = item.partition("=")
+            if not eq or not name.strip().isidentifier():
+                raise ValueError(f"--model-kwargs {spec!r}: {item!r} is not name=value")
+            try:
+                value = ast.literal_eval(text.strip())
+            except (ValueError, SyntaxError):
+                value = text.strip()
+            kwargs[name.strip()] = value
+        if not kwargs:
+            raise ValueError(f"--model-kwargs {spec!r}: no name=value given")
+        parsed.append((key.strip(), kwargs))
+    return parsed
+
+
 __all__ = ["Case", "FORWARD_ROWS", "BACKWARD_ROWS", "CPU_SMOKE_FORWARD_ROWS", "CPU_SMOKE_BACKWARD_ROWS",
-           "PROBLEM_KEYS", "DTYPE_NAMES", "dtype_name", "parse_dtypes", "select", "problem_label", "select_problems"]
+           "PROBLEM_KEYS", "DTYPE_NAMES", "dtype_name", "parse_dtypes", "select", "problem_label", "select_problems", "parse_model_kwargs"]
