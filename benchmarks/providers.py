@@ -73,16 +73,22 @@ def _backward_only(y, x, weight, bias, dy):
     return torch.autograd.grad(y, (x, weight, bias), dy, retain_graph=True)
 
 
-def training_providers(x, weight, bias, dy, groups: int, eps: float, with_compile: bool,
+def compiled_group_norm(groups: int, eps: float) -> Callable:
+    """torch.compile of eager GroupNorm for the training rows (compiled on its first call)."""
+    return fresh_compile(group_norm_functions(groups, eps)[1])
+
+
+def training_providers(x, weight, bias, dy, groups: int, eps: float, compiled: Callable | None,
                        backward_only: bool) -> list[Provider]:
     """Forward + backward (or, with backward_only, the backward alone, timed on a graph kept alive with
-    retain_graph) of ours, eager and (optionally) torch.compile; x, weight, bias require grad."""
+    retain_graph) of ours, eager and, when `compiled` is given (from `compiled_group_norm`), torch.compile;
+    x, weight, bias require grad."""
     ours, eager = group_norm_functions(groups, eps)
     tensor_bytes = x.numel() * x.element_size()
     param_bytes = 2 * weight.numel() * weight.element_size()
     functions = [("ours", ours), ("eager", eager)]
-    if with_compile:
-        functions.append(("compile", fresh_compile(eager)))
+    if compiled is not None:
+        functions.append(("compile", compiled))
     providers = []
     for name, gn in functions:  # default arguments bind this iteration's values into each lambda
         if backward_only:
@@ -96,8 +102,9 @@ def training_providers(x, weight, bias, dy, groups: int, eps: float, with_compil
 
 
 def retained_graph_compile_config():
-    """Context for the backward-only section: torch.compile's backward frees ("donates") saved buffers by
-    default, which forbids retain_graph=True; donation saves memory, not time, so it is turned off here."""
+    """Context for the training rows: torch.compile's backward frees ("donates") saved buffers by default,
+    which forbids the retain_graph=True of the backward-only timing; donation saves memory, not time, so it
+    is turned off, and one compiled function serves both the fwd+bwd and the bwd timings."""
     config = torch._functorch.config
     if hasattr(config, "donated_buffer"):
         return config.patch(donated_buffer=False)
@@ -126,5 +133,6 @@ def training_floor_bytes(x, backward_only: bool) -> int:
     return (3 if backward_only else 5) * tensor_bytes
 
 
-__all__ = ["Provider", "fresh_compile", "forward_providers", "copy_provider", "training_providers",
+__all__ = ["Provider", "fresh_compile", "forward_providers", "copy_provider", "compiled_group_norm",
+           "training_providers",
            "retained_graph_compile_config", "training_floor_provider", "training_floor_bytes"]

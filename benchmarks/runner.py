@@ -6,7 +6,6 @@ does not fit in free device memory is skipped with the reason.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 import gc
@@ -189,17 +188,18 @@ class SuiteRunner:
             return
         x, weight, bias = self._random_inputs(case, requires_grad=True)
         dy = torch.randn_like(x, requires_grad=False)
-        for section, backward_only in (("fwd+bwd", False), ("bwd", True)):
-            if backward_only:
-                self.progress.step("backward alone")
-            context = prov.retained_graph_compile_config() if backward_only else contextlib.nullcontext()
-            with context:
-                self._training_section(section, backward_only, case, x, weight, bias, dy)
+        with prov.retained_graph_compile_config():  # one compiled function for both sections
+            with_compile = self.on_cuda and self.settings.with_compile
+            compiled = prov.compiled_group_norm(case.groups, EPS) if with_compile else None
+            for section, backward_only in (("fwd+bwd", False), ("bwd", True)):
+                if backward_only:
+                    self.progress.step("backward alone")
+                self._training_section(section, backward_only, case, x, weight, bias, dy, compiled)
 
-    def _training_section(self, section: str, backward_only: bool, case: suite.Case, x, weight, bias, dy):
-        with_compile = self.on_cuda and self.settings.with_compile
+    def _training_section(self, section: str, backward_only: bool, case: suite.Case, x, weight, bias, dy,
+                          compiled) -> None:
         try:
-            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, with_compile, backward_only)
+            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, compiled, backward_only)
         except Exception as error:  # noqa: BLE001
             self._skip(section, case, f"failed to set up: {_short(error)}")
             self.progress.message(traceback.format_exc())
