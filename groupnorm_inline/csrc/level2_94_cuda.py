@@ -216,11 +216,11 @@ template <int FORMAT, int VEC>
 __global__ void __launch_bounds__(kThreads) split_rows_kernel(const float* __restrict__ src, void* __restrict__ cat,
                                                               float* __restrict__ scale, int64_t K, int64_t hi_at,
                                                               int64_t lo_at) {
-  __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   const float* x = src + r * K;
   float inv = 1.0f;
   if constexpr (FORMAT == kFormatFP16) {
+    __shared__ float scratch[32];
     float amax = 0.0f;
     for (int64_t k = static_cast<int64_t>(threadIdx.x) * VEC; k < K; k += static_cast<int64_t>(blockDim.x) * VEC) {
       float v[VEC];

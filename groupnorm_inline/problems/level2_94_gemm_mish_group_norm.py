@@ -29,110 +29,9 @@ call `refresh_weight_split()` after them). Inference only: the output carries no
 import torch
 import torch.nn as nn
 
-from ..csrc.group_norm_cpu import with_namespace
-from ..csrc.level2_94_cpu import P94_CPU_TEMPLATE, P94_NAMESPACE
-from ..csrc.level2_94_cuda import P94_CUDA_TEMPLATE
-from ..jit import ExtensionSpec, load
-
-# The operators' torch.library namespace, the extension, and where its source templates live (an exporter
-# builds a single file from these, under a namespace of its own).
-OP_NAMESPACE = P94_NAMESPACE
-SOURCE_TEMPLATES = {
-    "cpp": "groupnorm_inline.csrc.level2_94_cpu:P94_CPU_TEMPLATE",
-    "cuda": "groupnorm_inline.csrc.level2_94_cuda:P94_CUDA_TEMPLATE",
-}
-EXTENSION = ExtensionSpec(
-    name="groupnorm_inline_p94",
-    cpp_sources=(with_namespace(P94_CPU_TEMPLATE, OP_NAMESPACE),),
-    cuda_sources=(with_namespace(P94_CUDA_TEMPLATE, OP_NAMESPACE),),
-    description="the level 2 #94 kernels (operand split, fused epilogue)",
-)
-
-load(EXTENSION)
-_ops = getattr(torch.ops, OP_NAMESPACE)
-
-# split_rows formats (see csrc/level2_94_cpu.py).
-_FORMAT = {"3xtf32": 0, "3xfp16": 1}
-# float16 low parts are stored times 2^12, so the correction product is scaled back by 2^-12.
-_FP16_CORRECTION_SCALE = 2.0 ** -12
-_MAX_K_SPLITS = 7  # the epilogue sums at most 8 GEMM results: k_splits chunks plus the correction
-
-GEMM_VARIANTS = ("fp32", "3xtf32", "3xfp16")
-_HAS_MM_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype")  # mm(float16, float16) -> float32, torch >= 2.8
-# torch >= 2.9 selects TF32 for cuBLAS through `fp32_precision`; older releases through `allow_tf32`.
-_HAS_FP32_PRECISION = isinstance(getattr(torch.backends.cuda.matmul, "fp32_precision", None), str)
-
-# The default is the fastest variant that meets the accuracy bar (see benchmarks/check_level2_gpu.py).
-DEFAULT_GEMM = "3xfp16" if _HAS_MM_OUT_DTYPE else "3xtf32"
-DEFAULT_K_SPLITS = 1
-
-
-class CublasFloat32Mode:
-    """Context manager: float32 cuBLAS GEMMs in TF32 (`tf32=True`) or IEEE float32 inside, and no reduced
-    precision reductions in float16 GEMMs; the process-wide settings are restored exactly on exit."""
-
-    def __init__(self, tf32: bool):
-        self.tf32 = tf32
-        self.saved = None
-
-    def __enter__(self):
-        matmul = torch.backends.cuda.matmul
-        if _HAS_FP32_PRECISION:
-            precision = matmul.fp32_precision
-            matmul.fp32_precision = "tf32" if self.tf32 else "ieee"
-        else:
-            precision = matmul.allow_tf32
-            matmul.allow_tf32 = self.tf32
-        self.saved = (precision, matmul.allow_fp16_reduced_precision_reduction)
-        matmul.allow_fp16_reduced_precision_reduction = False
-        return self
-
-    def __exit__(self, *exc_info):
-        matmul = torch.backends.cuda.matmul
-        precision, reduced = self.saved
-        if _HAS_FP32_PRECISION:
-            matmul.fp32_precision = precision
-        else:
-            matmul.allow_tf32 = precision
-        matmul.allow_fp16_reduced_precision_reduction = reduced
-        return False
-
-
-def _product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b.T in float32 for float32 (TF32 on CUDA inside CublasFloat32Mode) or float16 operands (float32
-    accumulation and result). a: (M, K), b: (N, K), any strides with unit last stride."""
-    if a.dtype == torch.float16:
-        if a.is_cuda:
-            return torch.mm(a, b.t(), out_dtype=torch.float32)
-        return torch.mm(a.float(), b.float().t())  # exact products of float16 values, float32 sums
-    return torch.mm(a, b.t())
-
-
-def _chunked_products(a: torch.Tensor, b: torch.Tensor, splits: int) -> list:
-    """[a_s @ b_s.T for each of `splits` chunks of the depth K]: (M, N) float32 results whose sum is a @ b.T."""
-    if splits == 1:
-        return [_product(a, b)]
-    K = a.shape[1]
-    if K % splits != 0:  # unequal chunks: one GEMM each
-        return [_product(a_s, b_s) for a_s, b_s in zip(a.tensor_split(splits, dim=1), b.tensor_split(splits, dim=1))]
-    # Equal chunks: one batched GEMM over strided views, (S, M, Kc) x (S, Kc, N) -> (S, M, N).
-    a3 = a.unflatten(1, (splits, K // splits)).transpose(0, 1)
-    b3 = b.unflatten(1, (splits, K // splits)).transpose(0, 1).transpose(1, 2)
-    if a.dtype == torch.float16:
-        out = torch.bmm(a3, b3, out_dtype=torch.float32) if a.is_cuda else torch.bmm(a3.float(), b3.float())
-    else:
-        out = torch.bmm(a3, b3)
-    return list(out.unbind(0))
-
-
-def _bias_vector(bias: torch.Tensor, features: int) -> torch.Tensor:
-    """The (features,) vector that `x + bias` adds to every row, for biases that broadcast that way."""
-    if bias.numel() == features and all(d == 1 for d in bias.shape[:-1]) and bias.dim() >= 1:
-        return bias.reshape(features).contiguous()
-    if bias.numel() == 1:
-        return bias.reshape(1).expand(features).contiguous()
-    raise RuntimeError(f"ModelNew supports a bias that broadcasts along the feature dimension, i.e. of shape "
-                       f"({features},), (1, {features}) or a single value; got shape {tuple(bias.shape)}")
+from . import level2_94_kernels as kernels
+from .level2_94_kernels import DEFAULT_GEMM, DEFAULT_K_SPLITS, GEMM_VARIANTS, CublasFloat32Mode
+from .level2_94_kernels import ops as _ops  # builds the kernels (first time on a machine) and loads them
 
 
 class Model(nn.Module):
@@ -178,11 +77,11 @@ class ModelNew(nn.Module):
         self.groupnorm = nn.GroupNorm(num_groups=num_groups, num_channels=out_features)
         if gemm not in GEMM_VARIANTS:
             raise ValueError(f"gemm must be one of {GEMM_VARIANTS}, got {gemm!r}")
-        if gemm == "3xfp16" and not _HAS_MM_OUT_DTYPE:
+        if gemm == "3xfp16" and not kernels.HAS_MM_OUT_DTYPE:
             raise RuntimeError(f"gemm='3xfp16' needs torch >= 2.8 (torch.mm with out_dtype); this is torch "
                                f"{torch.__version__}; use gemm='3xtf32'")
-        if isinstance(k_splits, bool) or not isinstance(k_splits, int) or not 1 <= k_splits <= _MAX_K_SPLITS:
-            raise ValueError(f"k_splits must be an int from 1 to {_MAX_K_SPLITS}, got {k_splits!r}")
+        if isinstance(k_splits, bool) or not isinstance(k_splits, int) or not 1 <= k_splits <= kernels.MAX_K_SPLITS:
+            raise ValueError(f"k_splits must be an int from 1 to {kernels.MAX_K_SPLITS}, got {k_splits!r}")
         if gemm == "fp32" and k_splits != 1:
             raise ValueError("k_splits applies to the split-precision GEMMs ('3xtf32', '3xfp16'), not to 'fp32'")
         self.gemm_variant = gemm
@@ -227,6 +126,10 @@ class ModelNew(nn.Module):
                                f"{x.device} (input) and {weight.device} (parameters)!")
         if x.device.type not in ("cpu", "cuda"):
             raise RuntimeError(f"ModelNew runs on CPU and CUDA devices, got {x.device}")
+        groups = self.groupnorm.num_groups
+        if x.shape[0] * (weight.shape[0] // groups) == 1:  # F.group_norm refuses a single value per group
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"{[x.shape[0] * weight.shape[0] // groups, groups]}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.gemm.weight.detach()
@@ -237,22 +140,22 @@ class ModelNew(nn.Module):
         gn_weight = gn.weight.detach() if gn.weight is not None else torch.ones_like(weight[:, 0])
         gn_bias = gn.bias.detach() if gn.bias is not None else torch.zeros_like(weight[:, 0])
         linear_bias = self.gemm.bias.detach() if self.gemm.bias is not None else torch.zeros_like(weight[:, 0])
-        bias = _bias_vector(self.bias.detach(), out_features)
+        bias = kernels.bias_vector(self.bias.detach(), out_features)
         row_scale = col_scale = None
         if self.gemm_variant == "fp32":
             with CublasFloat32Mode(tf32=False):
                 parts = [torch.mm(x, weight.t())]
             scales = [1.0]
         else:
-            fmt = _FORMAT[self.gemm_variant]
+            fmt = kernels.SPLIT_FORMAT[self.gemm_variant]
             K = x.shape[1]
             x_cat, x_scale = _ops.split_rows(x, fmt, False)      # [x_hi | x_lo], (M, 2K)
             w_cat, w_scale = self._split_weight(weight, fmt)     # [W_lo | W_hi], (N, 2K)
             with CublasFloat32Mode(tf32=True):
-                correction = _product(x_cat, w_cat)              # x_hi W_lo^T + x_lo W_hi^T
-                parts = _chunked_products(x_cat[:, :K], w_cat[:, K:], self.k_splits)  # x_hi W_hi^T
-            if fmt == _FORMAT["3xfp16"]:
-                scales = [1.0] * len(parts) + [_FP16_CORRECTION_SCALE]
+                correction = kernels.product(x_cat, w_cat)              # x_hi W_lo^T + x_lo W_hi^T
+                parts = kernels.chunked_products(x_cat[:, :K], w_cat[:, K:], self.k_splits)  # x_hi W_hi^T
+            if self.gemm_variant == "3xfp16":
+                scales = [1.0] * len(parts) + [kernels.FP16_CORRECTION_SCALE]
                 row_scale, col_scale = x_scale, w_scale
             else:
                 scales = [1.0] * (len(parts) + 1)
