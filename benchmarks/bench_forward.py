@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also time forward+backward and backward alone (needs autograd support)")
     parser.add_argument("--problems", action="store_true",
                         help="also time the level-2 KernelBench problems (ModelNew vs Model vs compile)")
+    parser.add_argument("--no-forward", action="store_true",
+                        help="leave out the forward rows (to run --backward/--problems on their own)")
     parser.add_argument("--model-kwargs", action="append", metavar="KEY:NAME=VALUE[,...]",
                         help="an extra problem row whose ModelNew gets these keyword arguments, e.g. "
                         "'2/94:gemm=fp32' (repeatable; implies --problems for that problem)")
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     forward_rows = suite.CPU_SMOKE_FORWARD_ROWS if args.cpu_smoke else suite.FORWARD_ROWS
     training_rows = suite.CPU_SMOKE_BACKWARD_ROWS if args.cpu_smoke else suite.BACKWARD_ROWS
-    forward_rows = suite.select(forward_rows, args.rows, dtypes)
+    forward_rows = [] if args.no_forward else suite.select(forward_rows, args.rows, dtypes)
     training_rows = suite.select(training_rows, args.rows, dtypes) if args.backward else []
     # (problem key, ModelNew keyword arguments): each selected problem as it is, then the requested variants
     problem_rows = [(key, {}) for key in suite.select_problems(args.rows)] if args.problems else []
