@@ -1,0 +1,95 @@
+"""What the tooling needs per problem beyond `groupnorm_inline.problems`.
+
+A recipe names, for one problem:
+
+* `extensions`: the package's `ExtensionSpec`s whose sources the single-file export embeds (looked up
+  when needed, so new sources added to a spec flow into every export without touching this file);
+* `model_source`: the export's Python: `ModelNew` (same constructor arguments and `state_dict` keys as
+  `Model`, parameters drawn from the global RNG in the same order) calling the operators as
+  `torch.ops.<package namespace>.<op>`; the exporter renames those namespaces together with the C++ ones.
+  Only Python glue lives here, never a kernel;
+* `small_constants`: module constants that shrink the problem for `eval --small` (a CPU smoke run, or a
+  quick GPU check); every constant derived from a changed one must be listed too.
+
+To make a new problem exportable, add its recipe to `RECIPES` under its key in `groupnorm_inline.problems`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from ..problems import ProblemInfo
+from .errors import EXIT_USAGE, CliError
+
+
+@dataclass(frozen=True)
+class ProblemRecipe:
+    extension_specs: tuple[str, ...]     # "module:attribute" of each ExtensionSpec, e.g. "groupnorm_inline.extension:SPEC"
+    model_source: str
+    small_constants: dict = field(default_factory=dict)
+
+    def extensions(self):
+        """The ExtensionSpec objects, imported now (importing them builds nothing)."""
+        specs = []
+        for ref in self.extension_specs:
+            module, _, attribute = ref.partition(":")
+            specs.append(getattr(importlib.import_module(module), attribute))
+        return tuple(specs)
+
+
+# Level 1 #35: one GroupNorm. nn.GroupNorm's parameters are ones and zeros (no RNG draw), so only the
+# state_dict keys must match: `gn.weight`, `gn.bias`.
+_GROUP_NORM_MODEL = r'''
+class GroupNormKernel(nn.Module):
+    """nn.GroupNorm's parameters and defaults (weight 1, bias 0, eps 1e-5), computed by the kernels above.
+
+    x: (N, C, *) float16/bfloat16/float32/float64 on the GPU (or the CPU, by the C++ kernels);
+    returns a new contiguous tensor of x's shape and dtype; x is never written.
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups != 0:
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_channels))
+        self.bias = nn.Parameter(torch.zeros(num_channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The kernels read a contiguous (N, C, H*W) buffer; .contiguous() costs nothing when it already is.
+        y, _mean, _rstd = torch.ops.groupnorm_inline.group_norm_forward(
+            x.contiguous(), self.num_groups, self.weight, self.bias, self.eps)
+        return y
+
+
+class ModelNew(nn.Module):
+    """KernelBench's Model (one nn.GroupNorm under the name `gn`) on the inline kernels."""
+
+    def __init__(self, num_features: int, num_groups: int):
+        super().__init__()
+        self.gn = GroupNormKernel(num_groups=num_groups, num_channels=num_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gn(x)
+'''
+
+RECIPES: dict[str, ProblemRecipe] = {
+    "1/35": ProblemRecipe(
+        extension_specs=("groupnorm_inline.extension:SPEC",),
+        model_source=_GROUP_NORM_MODEL,
+        # (2, 64, 30, 30), 8 groups: 1.8e5 elements, slices of 7200 with an odd H*W.
+        small_constants={"batch_size": 2, "dim1": 30, "dim2": 30},
+    ),
+}
+
+
+def recipe_for(info: ProblemInfo) -> ProblemRecipe:
+    recipe = RECIPES.get(info.key)
+    if recipe is None:
+        have = ", ".join(sorted(RECIPES)) or "none"
+        raise CliError(f"problem {info.key} ({info.file_name}) has no export recipe yet (problems with one: {have})",
+                       EXIT_USAGE)
+    return recipe
