@@ -152,4 +152,16 @@ def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None
     return group_norm_with_stats(input, num_groups, weight, bias, eps)[0]
 
 
-__all__ = ["group_norm", "group_norm_with_stats", "check_group_norm_args", "stats_dtype"]
+def forward_plan(input: torch.Tensor, num_groups: int, affine: bool = True) -> str:
+    """Which kernel plan the forward takes for `input` (small / resident / fused / split on CUDA, with its
+    launch shape), as one line of text. Launches nothing."""
+    check_group_norm_args(input, num_groups)
+    if input.device.type == "cpu":
+        return "cpu: one task per (n, g) slice, float64 statistics in two passes"
+    ops = extension.load()
+    if not extension.has_cuda_kernels():
+        raise RuntimeError("groupnorm_inline: the CUDA kernels were not built: " + extension.cuda_unavailable_reason())
+    return ops.group_norm_forward_plan(input, num_groups, affine)
+
+
+__all__ = ["group_norm", "group_norm_with_stats", "forward_plan", "check_group_norm_args", "stats_dtype"]

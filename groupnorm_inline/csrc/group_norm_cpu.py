@@ -20,6 +20,8 @@ def with_namespace(source: str, namespace: str = OP_NAMESPACE) -> str:
 # Operator schemas, kept in one place so the Python fake implementations can name them.
 FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps)"
                   " -> (Tensor, Tensor, Tensor)")
+# Which launch plan the CUDA forward takes for an input (CUDA only; describes, launches nothing).
+PLAN_SCHEMA = "group_norm_forward_plan(Tensor input, int num_groups, bool affine) -> str"
 
 # CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
 GROUP_NORM_CPU_TEMPLATE = r"""
@@ -99,9 +101,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
 
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FORWARD_SCHEMA@");
+  m.def("@PLAN_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("group_norm_forward", &gn_inline_cpu::group_norm_forward_cpu);
 }
-""".replace("@FORWARD_SCHEMA@", FORWARD_SCHEMA)
+""".replace("@FORWARD_SCHEMA@", FORWARD_SCHEMA).replace("@PLAN_SCHEMA@", PLAN_SCHEMA)

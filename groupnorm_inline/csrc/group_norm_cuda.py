@@ -32,6 +32,7 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + r"""
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 #include <cooperative_groups.h>
+#include <string>
 
 namespace gn_inline {
 
@@ -414,6 +415,7 @@ struct Problem {
   double eps;
   int device;
   cudaStream_t stream;
+  std::string* plan = nullptr;  // when set: describe the chosen plan here and launch nothing
 };
 
 template <typename T>
@@ -472,6 +474,12 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
       return false;
     }
   }
+  if (pr.plan) {
+    *pr.plan = "resident: cluster of " + std::to_string(cluster) + " CTAs per slice, " + std::to_string(threads) +
+               " threads, " + std::to_string(smem / 1024) + " KB of the slice in each CTA's shared memory (vec " +
+               std::to_string(VEC) + ")";
+    return true;
+  }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,
                                     static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(pr.D),
                                     static_cast<int>(part), pr.eps));
@@ -482,6 +490,11 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
 template <typename T, int VEC, int LANES, bool AFFINE>
 void launch_small(const Pointers<T>& p, const Problem& pr) {
   const int64_t slices_per_cta = kThreads / LANES;
+  if (pr.plan) {
+    *pr.plan = "small: " + std::to_string(LANES) + " threads per slice, slice held in registers (vec " +
+               std::to_string(VEC) + ")";
+    return;
+  }
   const int64_t blocks = std::min<int64_t>(ceil_div(pr.slices, slices_per_cta),
                                            static_cast<int64_t>(device_info(pr.device).sms) * 16);
   gn_small_slices<T, VEC, LANES, AFFINE><<<static_cast<unsigned>(blocks), kThreads, 0, pr.stream>>>(
@@ -499,6 +512,10 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   int64_t splits = pr.slices >= target_ctas ? 1 : ceil_div(target_ctas, pr.slices);
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, pr.D / min_chunk));
   splits = std::min<int64_t>(splits, 65535);
+  if (splits == 1 && pr.plan) {
+    *pr.plan = "fused: one CTA per slice, statistics then normalisation (two reads; vec " + std::to_string(VEC) + ")";
+    return;
+  }
   if (splits == 1) {
     gn_fused_forward<T, I, VEC, AFFINE><<<static_cast<unsigned>(pr.slices), kThreads, 0, pr.stream>>>(
         p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G, pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D), pr.eps);
@@ -509,6 +526,11 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   const int64_t quantum = 32 * VEC;
   const int64_t chunk = ceil_div(ceil_div(pr.D, splits), quantum) * quantum;
   splits = ceil_div(pr.D, chunk);
+  if (pr.plan) {
+    *pr.plan = "split: " + std::to_string(splits) + " CTAs per slice, partial sums -> finalize -> apply (two reads; vec " +
+               std::to_string(VEC) + ")";
+    return;
+  }
   // Scratch, O(slices * splits): partial sums, then each slice's (K, mean - K, rstd).
   at::Tensor partial = at::empty({pr.slices * splits * 2}, opts.dtype(at::kDouble));
   at::Tensor norm = at::empty({static_cast<int64_t>(pr.slices * sizeof(SliceNorm<C>))}, opts.dtype(at::kByte));
@@ -540,11 +562,12 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
 
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
-                   at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream) {
+                   at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
+                   std::string* plan = nullptr) {
   using C = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
-  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream};
+  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan};
   Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
                 AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
@@ -586,9 +609,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at:
   return {y, mean, rstd};
 }
 
+// The plan group_norm_forward_cuda would take for this input (see the module docstring); launches nothing.
+std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_groups, bool affine) {
+  TORCH_CHECK(input.is_cuda() && input.dim() >= 2 && num_groups > 0 && input.size(1) % num_groups == 0 &&
+                  input.numel() > 0,
+              "group_norm_forward_plan: expected a non-empty CUDA input whose channels divide into num_groups");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const at::Tensor x = input.contiguous();
+  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor stats = at::empty({1}, x.options().dtype(acc));
+  at::Tensor out = x;  // nothing is written: the plan is only described
+  const int64_t HW = x.numel() / (x.size(0) * x.size(1));
+  std::string plan;
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "group_norm_forward_plan", [&] {
+    if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
+    else forward_typed<scalar_t, false>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
+  });
+  return plan;
+}
+
 }  // namespace gn_inline
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("group_norm_forward", &gn_inline::group_norm_forward_cuda);
+  m.impl("group_norm_forward_plan", &gn_inline::group_norm_forward_plan_cuda);
 }
 """
