@@ -63,7 +63,7 @@ def poisoned_like(t: torch.Tensor) -> torch.Tensor:
 
 # Unit roundoff of the type the kernels compute in: float32 for float32/float16/bfloat16 inputs, float64 for
 # float64 inputs.
-_COMPUTE_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -24,
+COMPUTE_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -24,
                      torch.bfloat16: 2.0 ** -24}
 
 # Statistics (mean, rstd) against float64: rstd within this relative error, mean within this fraction of the
@@ -91,7 +91,7 @@ def group_norm_atol(x, num_groups, weight=None, bias=None, eps=1e-5):
     (|x| rstd ~ a few) but dominant when |mean| >> std or when var << eps makes rstd ~ 1/sqrt(eps).
     """
     base_atol, _ = TOLERANCES[x.dtype]
-    u = _COMPUTE_ROUNDOFF[x.dtype]
+    u = COMPUTE_ROUNDOFF[x.dtype]
     n, c = x.shape[0], x.shape[1]
     mean, rstd = reference_stats(x, num_groups, eps)
 
@@ -132,7 +132,7 @@ def assert_stats_close(mean, rstd, x, num_groups, eps=1e-5):
     rtol = STATS_RTOL[x.dtype]
     assert_close_report(rstd, rstd64, 0.0, rtol, "rstd")
     # The mean's error is judged against the slice's spread (1 / rstd), plus the rounding of storing it.
-    assert_close_report(mean, mean64, rtol / rstd64, 2 * _COMPUTE_ROUNDOFF[x.dtype], "mean")
+    assert_close_report(mean, mean64, rtol / rstd64, 2 * COMPUTE_ROUNDOFF[x.dtype], "mean")
 
 
 def assert_bitwise_equal(actual, expected, what="tensor"):
