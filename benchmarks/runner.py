@@ -164,7 +164,13 @@ class SuiteRunner:
                 elif provider.name == "eager" and ours_out is not None:
                     versus = correctness.check_against(ours_out, out, case.dtype)
                     records["ours"].max_abs_diff_vs_eager = versus.max_abs_err
-                    if not versus.ok:
+                    if not versus.ok and case.dtype in (torch.float16, torch.bfloat16):
+                        # Both outputs carry one rounding to a half format (a bf16 step is 2^-7 relative), so
+                        # two correct kernels can differ by more than 1e-2 at |y| > 1; the float64 check
+                        # above decides, and the difference is kept in the record.
+                        records["ours"].note = _join(records["ours"].note, "differs from eager by a half-precision "
+                                                     "rounding step (float64 check decides)")
+                    elif not versus.ok:
                         records["ours"].correct = "no"
                         records["ours"].note = _join(records["ours"].note, "outside allclose of eager")
                     ours_out = None  # compared with everything it is compared with: free it for compile's output
