@@ -1,9 +1,9 @@
 """The CUDA forward against float64 (every test needs a GPU and is skipped cleanly without one).
 
-The CPU sweep again on the GPU, plus what only a GPU run shows: both launch plans (one CTA per slice, several
-CTAs per slice), 16-byte vector and element-wise paths (misaligned data pointers, sizes not multiples of the
-vector width), tensors of more than 2^31 elements and 4 GiB, the full KernelBench #35 shape, the current stream
-and the current device. Outputs are poisoned two ways before each call: the caching allocator is filled with
+The CPU sweep again on the GPU, plus what only a GPU run shows: every launch plan of the kernels (small,
+resident, fused, split: `test_sweep_reaches_every_plan` keeps the sweep honest), 16-byte vector and element-wise
+paths (misaligned data pointers, sizes not multiples of the vector width), tensors of more than 2^31 elements and
+4 GiB, the full KernelBench #35 shape, the current stream and the current device. Outputs are poisoned two ways before each call: the caching allocator is filled with
 freed NaN blocks of the output's size, and `poisoned_outputs` makes every empty/empty_like start as NaN; any
 element a kernel does not write stays NaN and fails.
 
@@ -13,6 +13,7 @@ Tolerances: tests/utils.py (TOLERANCES, STATS_RTOL, and `group_norm_atol`'s cond
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from groupnorm_inline import GroupNorm, Model, ModelNew, group_norm, group_norm_with_stats
+from groupnorm_inline.functional import forward_plan
 from cases import DTYPE_PARAMS, SHAPES, VIEWS, check_forward, make_input, make_params, make_view
 from utils import (COMPUTE_ROUNDOFF, STATS_RTOL, TOLERANCES, assert_bitwise_equal, assert_close_report,
                    assert_group_norm_close, assert_stats_close, poison_cuda_allocator)
@@ -28,7 +30,8 @@ pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poisoned_outputs")]
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
-# (shape, num_groups) for the GPU sweep: the CPU table's kinds of cases plus sizes that reach every launch plan.
+# (shape, num_groups) for the GPU sweep: the CPU table's kinds of cases plus sizes that reach every launch plan
+# (which plan each takes depends on the slice size in bytes: see test_sweep_reaches_every_plan).
 CUDA_SHAPES = [
     # minimal
     ((2, 1), 1),
@@ -54,14 +57,14 @@ CUDA_SHAPES = [
     # non-aligned
     ((3, 15, 1, 13), 3),
     ((2, 9, 1, 1), 3),
-    # many slices: one CTA per slice
+    # many short slices
     ((64, 32, 16, 16), 8),           # 512 slices of 1024 elements
-    ((128, 64, 7, 7), 32),           # 4096 slices of 98: shorter than one CTA's vector footprint
-    # few long slices: several CTAs per slice
-    ((1, 8, 1000, 1001), 2),         # 2 slices of 2e6, D a multiple of 4 but HW is not (vectors cross channels)
+    ((128, 64, 7, 7), 32),           # 4096 slices of 98
+    # few long slices (MBs each)
+    ((1, 8, 1000, 1001), 2),         # 2 slices of 4e6, D a multiple of 4 but HW is not (vectors cross channels)
     ((2, 64, 333, 301), 8),          # like (2, 64, 1000, 1000), smaller and odd
-    ((3, 5, 999, 997), 5),           # C/G = 1, odd D: element-wise path, split plan
-    ((2, 16, 9, 131, 133), 4),       # 5-D, long slices
+    ((3, 5, 999, 997), 5),           # C/G = 1, odd D: element-wise accesses
+    ((2, 16, 9, 131, 133), 4),       # 5-D
     # level 2 #94's GroupNorm: (1024, 8192), 256 groups of 32 channels, no trailing dims
     ((1024, 8192), 256),
 ]
@@ -93,7 +96,29 @@ def test_poisoning_reaches_empty_like():
 def test_sweep(shape, num_groups, dtype, params):
     x = make_input(shape, dtype, device="cuda")
     weight, bias = make_params(shape[1], params, dtype, device="cuda")
-    check_forward(x, num_groups, weight, bias)
+    check_forward(x, num_groups, weight, bias, what=f"output [{forward_plan(x, num_groups)}]")
+
+
+def plan_kind(plan: str) -> tuple[str, bool]:
+    """("small" | "resident" | "fused" | "split", whether 16-byte vector accesses are used) of a plan line."""
+    match = re.fullmatch(r"(\w+): .*vec (\d+)\)", plan)
+    assert match, f"unexpected plan description {plan!r}"
+    return match.group(1), int(match.group(2)) > 1
+
+
+def test_sweep_reaches_every_plan():
+    """The sweep (aligned inputs and the misaligned cases below) takes every launch plan except `fused` (which
+    needs ~17 GB, see test_fused_plan) both with 16-byte vectors and element-wise, so every kernel is checked."""
+    reached = set()
+    for shape, num_groups in CUDA_SHAPES:
+        for dtype in DTYPES:
+            x = torch.empty(shape, dtype=dtype, device="cuda")
+            reached.add(plan_kind(forward_plan(x, num_groups)))
+    for shape, num_groups in MISALIGNED_SHAPES:
+        x = torch.empty(math.prod(shape) + 1, device="cuda")[1:].view(shape)
+        reached.add(plan_kind(forward_plan(x, num_groups)))
+    wanted = {(kind, vectorised) for kind in ("small", "resident", "split") for vectorised in (True, False)}
+    assert wanted <= reached, f"plans no case reaches: {sorted(wanted - reached)}"
 
 
 @pytest.mark.parametrize("dtype, params", DTYPE_PARAMS, ids=dtype_id)
@@ -115,19 +140,22 @@ def test_non_contiguous_and_channels_last(view, dtype):
     assert_bitwise_equal(base, base_before, "storage under the view")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("shape, num_groups", [
-    ((2, 8, 64, 64), 4),             # one CTA per slice, would be vectorised if aligned
-    ((1, 8, 1000, 1001), 2),         # several CTAs per slice
+MISALIGNED_SHAPES = [
+    ((2, 8, 64, 64), 4),             # would be vectorised if aligned
+    ((1, 8, 1000, 1001), 2),         # few long slices
     ((3, 6, 5, 7), 3),               # tiny
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("shape, num_groups", MISALIGNED_SHAPES, ids=str)
 def test_misaligned_data_pointer(shape, num_groups, dtype):
     """A view starting one element into its storage: not 16-byte aligned, so no 16-byte accesses allowed."""
     storage = make_input((math.prod(shape) + 1,), dtype, device="cuda")
     x = storage[1:].view(shape)
     assert x.data_ptr() % 16 != 0
     weight, bias = make_params(shape[1], "affine", dtype, device="cuda")
-    check_forward(x, num_groups, weight, bias)
+    check_forward(x, num_groups, weight, bias, what=f"output [{forward_plan(x, num_groups)}]")
 
 
 @pytest.mark.parametrize("eps", [0.0, 1e-12, 1e-5, 0.1, 10.0])
@@ -308,6 +336,28 @@ def test_more_than_2_31_elements(shape, num_groups, dtype):
     torch.cuda.synchronize()
     assert torch.equal(x, x_before), "the input was modified"
     del x_before
+    assert_close_to_float64_slicewise(out, mean, rstd, x, num_groups, weight, bias)
+    del x, out
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.slow
+def test_fused_plan():
+    """The `fused` plan (one CTA per slice, two reads) is taken only with enough slices to fill the GPU (32 per
+    SM) that are each too large to stay in a cluster's shared memory (> 16 x 200 KB): ~17 GB of float32 on a
+    132-SM GPU. C/G = 4 with HW = 250001, so 16-byte vectors straddle channel boundaries."""
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    shape, num_groups = (sms * 4, 32, 250_001), 8           # sms * 32 slices of 1,000,004 elements (4 MB)
+    nbytes = math.prod(shape) * 4
+    require_free_memory(2 * nbytes + (3 << 30))
+    torch.cuda.empty_cache()
+    x = torch.randn(shape, device="cuda")
+    x.add_(torch.arange(32, device="cuda", dtype=torch.float32).view(1, 32, 1) * 0.25)
+    plan = forward_plan(x, num_groups)
+    assert plan_kind(plan) == ("fused", True), plan
+    weight, bias = make_params(32, "affine", torch.float32, device="cuda")
+    poison_cuda_allocator(nbytes, copies=1)
+    out, mean, rstd = group_norm_with_stats(x, num_groups, weight, bias)
     assert_close_to_float64_slicewise(out, mean, rstd, x, num_groups, weight, bias)
     del x, out
     torch.cuda.empty_cache()
