@@ -330,24 +330,26 @@ __global__ void __launch_bounds__(kThreads) gn_fused_forward(
 }
 
 // ---- split plan ----------------------------------------------------------------------------------------
-// Step 1: CTA (slice, split) sums chunk `split` of its slice. partial: (slices, splits, 2) doubles.
+// Step 1: work item w = slice * splits + split sums chunk `split` of its slice into partial[w] (2 doubles).
+// The grid is sized to what is resident at once and strides over the items, so no partial last wave.
 template <typename T, typename I, int VEC>
 __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict__ x, double* __restrict__ partial,
-                                                             I D, I chunk) {
+                                                             int64_t items, int splits, I D, I chunk) {
   using C = typename Compute<T>::type;
   __shared__ double scratch[64];
-  const int64_t slice = blockIdx.x;
-  const T* xs = x + slice * static_cast<int64_t>(D);
-  const C K = static_cast<C>(xs[0]);
-  const I begin = static_cast<I>(blockIdx.y) * chunk;
-  const I end = begin + chunk < D ? begin + chunk : D;
-  double s = 0, ss = 0;
-  shifted_sums<T, I, VEC>(xs, begin, end, K, s, ss);
-  block_sum2(s, ss, scratch);
-  if (threadIdx.x == 0) {
-    double* p = partial + (slice * gridDim.y + blockIdx.y) * 2;
-    p[0] = s;
-    p[1] = ss;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t slice = item / splits;
+    const T* xs = x + slice * static_cast<int64_t>(D);
+    const C K = static_cast<C>(xs[0]);
+    const I begin = static_cast<I>(item - slice * splits) * chunk;
+    const I end = begin + chunk < D ? begin + chunk : D;
+    double s = 0, ss = 0;
+    shifted_sums<T, I, VEC>(xs, begin, end, K, s, ss);
+    block_sum2(s, ss, scratch);
+    if (threadIdx.x == 0) {
+      partial[item * 2] = s;
+      partial[item * 2 + 1] = ss;
+    }
   }
 }
 
@@ -374,19 +376,21 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
   }
 }
 
-// Step 3: CTA (slice, split) normalises chunk `split` of its slice.
+// Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1).
 template <typename T, typename I, int VEC, bool AFFINE>
 __global__ void __launch_bounds__(kThreads) gn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
-    int64_t G, int64_t channels_per_group, I HW, I D, I chunk) {
-  const int64_t slice = blockIdx.x;
-  const int64_t offset = slice * static_cast<int64_t>(D);
-  const I begin = static_cast<I>(blockIdx.y) * chunk;
-  const I end = begin + chunk < D ? begin + chunk : D;
-  const int64_t c0 = (slice % G) * channels_per_group;
-  normalize_range<T, I, VEC, AFFINE>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
-                                     AFFINE ? b + c0 : b, norm[slice]);
+    int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk) {
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t slice = item / splits;
+    const int64_t offset = slice * static_cast<int64_t>(D);
+    const I begin = static_cast<I>(item - slice * splits) * chunk;
+    const I end = begin + chunk < D ? begin + chunk : D;
+    const int64_t c0 = (slice % G) * channels_per_group;
+    normalize_range<T, I, VEC, AFFINE>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
+                                       AFFINE ? b + c0 : b, norm[slice]);
+  }
 }
 
 // ---- host side ----------------------------------------------------------------------------------------
@@ -487,6 +491,15 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   return true;
 }
 
+// CTAs of kThreads that are resident at once on the device for `kernel`, capped by the work items.
+template <typename Kernel>
+unsigned resident_grid(Kernel kernel, int64_t items, int device) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * device_info(device).sms;
+  return static_cast<unsigned>(std::min(items, resident));
+}
+
 template <typename T, int VEC, int LANES, bool AFFINE>
 void launch_small(const Pointers<T>& p, const Problem& pr) {
   const int64_t slices_per_cta = kThreads / LANES;
@@ -535,16 +548,18 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   at::Tensor partial = at::empty({pr.slices * splits * 2}, opts.dtype(at::kDouble));
   at::Tensor norm = at::empty({static_cast<int64_t>(pr.slices * sizeof(SliceNorm<C>))}, opts.dtype(at::kByte));
   auto* norm_ptr = reinterpret_cast<SliceNorm<C>*>(norm.data_ptr());
-  const dim3 grid(static_cast<unsigned>(pr.slices), static_cast<unsigned>(splits));
-  gn_stats_partial<T, I, VEC><<<grid, kThreads, 0, pr.stream>>>(p.x, partial.data_ptr<double>(),
-                                                                static_cast<I>(pr.D), static_cast<I>(chunk));
+  const int64_t items = pr.slices * splits;
+  gn_stats_partial<T, I, VEC><<<resident_grid(gn_stats_partial<T, I, VEC>, items, pr.device), kThreads, 0,
+                                pr.stream>>>(p.x, partial.data_ptr<double>(), items, static_cast<int>(splits),
+                                             static_cast<I>(pr.D), static_cast<I>(chunk));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   gn_finalize<T><<<static_cast<unsigned>(pr.slices), 128, 0, pr.stream>>>(
       p.x, partial.data_ptr<double>(), static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_apply<T, I, VEC, AFFINE><<<grid, kThreads, 0, pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, pr.G, pr.cpg,
-                                                                static_cast<I>(pr.HW), static_cast<I>(pr.D),
-                                                                static_cast<I>(chunk));
+  gn_apply<T, I, VEC, AFFINE><<<resident_grid(gn_apply<T, I, VEC, AFFINE>, items, pr.device), kThreads, 0,
+                                pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, items, static_cast<int>(splits), pr.G,
+                                             pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D),
+                                             static_cast<I>(chunk));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
