@@ -19,7 +19,6 @@ in distinct banks.
 from .level2_92_cpu import P92_COMMON_TEMPLATE
 
 P92_CUDA_TEMPLATE = P92_COMMON_TEMPLATE + r"""
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
