@@ -22,6 +22,12 @@ class ProblemInfo:
 PROBLEMS: dict[str, ProblemInfo] = {
     "1/35": ProblemInfo("1/35", "35_GroupNorm_", "level1_35_group_norm",
                         "GroupNorm, x (112, 64, 512, 512), 8 groups"),
+    "2/94": ProblemInfo("2/94", "94_Gemm_BiasAdd_Hardtanh_Mish_GroupNorm", "level2_94_gemm_mish_group_norm",
+                        "Linear 8192 -> 8192 on x (1024, 8192), +bias, Hardtanh, Mish, GroupNorm 256 groups"),
+    "2/92": ProblemInfo("2/92", "92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp",
+                        "level2_92_conv_group_norm_logsumexp",
+                        "Conv2d 8 -> 64 (3x3) on x (128, 8, 128, 128), GroupNorm 16 groups, Tanh, HardSwish, "
+                        "residual, LogSumExp over channels"),
 }
 
 
