@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))       # timing.py
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the package, when not installed
 from timing import L2Flusher, TimingPlan, peak_extra_memory_bytes, time_cuda  # noqa: E402
 
 HARNESS_SEED = 42
@@ -236,7 +237,8 @@ def print_timing(problem: Problem, rows: list) -> None:
     compiled = base.get("torch.compile (inductor)")
     print(f"\n#{problem.key} timing ({torch.cuda.get_device_name()}, torch {torch.__version__}; median of >= "
           f"{PLAN.min_iters} calls, L2 flushed)")
-    print(f"  {'':34s} {'median ms':>10s} {'mean ms':>9s} {'x eager':>8s} {'x compile':>10s} {'extra MB':>9s}")
+    print(f"  {'':34s} {'median ms':>10s} {'mean ms':>9s} {'speedup':>8s} {'speedup':>10s} {'extra MB':>9s}")
+    print(f"  {'':34s} {'':>10s} {'':>9s} {'/eager':>8s} {'/compile':>10s} {'':>9s}")
     for name, med, mean, extra in rows:
         sp_e = f"{eager / med:8.2f}" if eager else "       -"
         sp_c = f"{compiled / med:10.2f}" if compiled else "         -"
@@ -253,7 +255,7 @@ def recommend(problem: Problem, accuracy: dict, rows: list) -> None:
     best = min(passing, key=lambda n: times.get(n, math.inf))
     eager = next((med for name, med, _, _ in rows if name == "eager PyTorch"), None)
     verdict = "the default is right" if best == problem.default else f"CHANGE THE DEFAULT to {best}"
-    ratio = f", {times[best] / eager:.2f}x eager" if eager and best in times else ""
+    ratio = f", {times[best] / eager:.2f} of eager's time" if eager and best in times else ""
     print(f"\n#{problem.key}: fastest variant meeting the bar: {best} ({times.get(best, math.nan):.3f} ms{ratio}); "
           f"current default {problem.default}: {verdict}")
 
