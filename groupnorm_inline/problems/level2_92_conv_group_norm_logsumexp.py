@@ -8,7 +8,7 @@ from `torch.rand`, Conv2d 8 -> 64 with a 3 x 3 kernel and no padding, GroupNorm 
 order (the Conv2d draws the only random numbers), so under one seed both hold identical `state_dict`s. Its
 forward is one operator (`fused_forward`, csrc/level2_92_cpu.py describes the decomposition): a direct
 float32 3 x 3 convolution that gathers the GroupNorm statistics where the convolution is produced, then one
-pass that applies GroupNorm, Tanh, HardSwish, the residual add and a numerically stable LogSumExp over the
+sweep that applies GroupNorm, Tanh, HardSwish, the residual add and a numerically stable LogSumExp over the
 channels and writes only the (N, 1, OH, OW) result.
 
 `conv_output` (keyword-only) chooses what happens to the convolution between the two:
