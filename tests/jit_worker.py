@@ -2,7 +2,7 @@
 
     python jit_worker.py NAMESPACE CACHE_DIR [--cache-var GROUPNORM_INLINE_CACHE_DIR|TORCH_EXTENSIONS_DIR]
 
-imports the package (from the session's own cache, as any user process would), writes a marker line to
+imports the package (from the test run's own cache, as any user process would), writes a marker line to
 stderr, points the cache variable at CACHE_DIR, loads the tiny extension of NAMESPACE (building it if no
 finished build is there) and prints `torch.ops.<NAMESPACE>.times_two(21)`. Everything the JIT layer says
 about the tiny extension is on stderr after the marker.
@@ -59,7 +59,7 @@ def main() -> int:
 
     import torch
 
-    import groupnorm_inline  # noqa: F401  (builds or loads the package's kernels from the session's cache)
+    import groupnorm_inline  # noqa: F401  (builds or loads the package's kernels from the test run's cache)
     from groupnorm_inline.jit import load
 
     print(MARKER, file=sys.stderr, flush=True)

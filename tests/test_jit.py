@@ -3,7 +3,7 @@ from killed builds, build failures, and what the package's own build contains.
 
 Builds use tiny test-only extensions (tests/jit_worker.py: one TORCH_LIBRARY operator under a namespace unique
 to the test) in temporary cache folders; each build compiles one C++ file (~30 s of one core), four in all.
-Second processes run tests/jit_worker.py, which imports the package from the session's own cache first.
+Second processes run tests/jit_worker.py, which imports the package from the test run's own cache first.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jit_worker import MARKER, tiny_spec
 
 WORKER = Path(__file__).with_name("jit_worker.py")
 REPO_ROOT = Path(groupnorm_inline.__file__).resolve().parent.parent
-# The environment before any test changed it: second processes import the package from this session's cache.
+# The environment before any test changed it: second processes import the package from this test run's cache.
 SESSION_ENV = dict(os.environ)
 CACHE_VARS = ("GROUPNORM_INLINE_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
 # Generous: a tiny build is ~20 s alone, but the machine may be busy; a hang is what these limits catch.
