@@ -237,19 +237,20 @@ def test_eval_cpu_smoke_run_of_the_export(tmp_path, tmp_path_factory):
 
 
 @pytest.mark.cuda
-def test_eval_out_of_memory_is_one_line(tmp_path):
+def test_eval_out_of_memory_is_one_line(tmp_path, tmp_path_factory):
     """At the real #35 shape (~23 GB) under a 2 GB cap: one line with the estimate, exit 3."""
-    proc = run_cli("eval", "1/35", "--max-memory", "2", "--no-timing", "--quiet", cache_dir=tmp_path, timeout=1800)
+    proc = run_cli("eval", "1/35", "--max-memory", "2", "--no-timing", "--quiet",
+                   "--build-dir", str(export_builds_dir(tmp_path_factory)), cache_dir=tmp_path, timeout=1800)
     assert_one_line_error(proc, 3, "out of GPU memory", "needs about 22.8 GB", "--max-memory")
 
 
 @pytest.mark.cuda
 @pytest.mark.slow
-def test_eval_full_flow_on_gpu(tmp_path):
+def test_eval_full_flow_on_gpu(tmp_path, tmp_path_factory):
     """The complete harness replay at the real shape, with timing of ours, eager and torch.compile."""
     result = tmp_path / "result.json"
-    proc = run_cli("eval", "1/35", "--trials", "20", "--quiet", "--json", str(result), cache_dir=tmp_path,
-                   timeout=1800)
+    proc = run_cli("eval", "1/35", "--trials", "20", "--quiet", "--json", str(result),
+                   "--build-dir", str(export_builds_dir(tmp_path_factory)), cache_dir=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(result.read_text())
     assert data["passed"] and set(data["timing"]) == {"ours", "eager", "torch.compile"}

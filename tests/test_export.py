@@ -318,10 +318,10 @@ def test_export_built_cuda_kernels(exported_run):
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.parametrize("key", EXPORTABLE)
-def test_export_passes_harness_flow_at_real_shape(key, tmp_path):
+def test_export_passes_harness_flow_at_real_shape(key, tmp_path, tmp_path_factory):
     """The KernelBench flow on the export at the real shape: one namespace, seeded construction, 5 trials."""
     result = tmp_path / "eval.json"
-    proc = run_cli("eval", key, "--no-timing", "--quiet", "--build-dir", str(tmp_path / "builds"),
+    proc = run_cli("eval", key, "--no-timing", "--quiet", "--build-dir", str(export_builds_dir(tmp_path_factory)),
                    "--json", str(result))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(result.read_text())

@@ -54,12 +54,13 @@ _WARNING_RULES: tuple[tuple[str, str, str], ...] = (
 @dataclass(frozen=True)
 class Finding:
     rule: str
-    line: int          # 1-based line in the checked source
+    line: int          # 1-based line in the checked source; 0 for a rule about the whole file
     message: str
     excerpt: str
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.message} [{self.rule}]: {self.excerpt}"
+        where = f"line {self.line}: " if self.line else ""
+        return f"{where}{self.message} [{self.rule}]" + (f": {self.excerpt}" if self.excerpt else "")
 
 
 @dataclass

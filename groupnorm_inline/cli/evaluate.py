@@ -22,13 +22,18 @@ import torch
 from ..problems import ProblemInfo
 from . import checker, harness, listing, problem_source, recipes
 from .errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, CliError
-from .progress import Progress
+from .progress import Elapsed, Progress
 
 SUSPICIOUS_SPEEDUP = 10.0
 
 
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def memory_estimate(reference: str, overrides: dict) -> tuple[int, int]:
@@ -107,12 +112,14 @@ class _Report:
 def run(info: ProblemInfo, args) -> int:
     if args.trials < 1 or args.correctness_trials < 1:
         raise CliError("--trials and --correctness-trials must be at least 1", EXIT_USAGE)
+    if args.max_memory is not None and args.max_memory <= 0:
+        raise CliError("--max-memory must be a positive number of GB", EXIT_USAGE)
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         raise CliError(f"cannot write {args.json}: its folder does not exist", EXIT_USAGE)
-    _check_device(args)
-    overrides = recipes.recipe_for(info).small_constants if args.small else {}
-    report = _Report(info, args)
+    report = _Report(info, args)  # from here on, a failure is also recorded in the JSON file
     try:
+        _check_device(args)
+        overrides = recipes.recipe_for(info).small_constants if args.small else {}
         _evaluate(info, args, overrides, report)
     except CliError as exc:
         report.data["error"] = exc.message
@@ -175,6 +182,9 @@ def _run_stages(info, args, overrides, reference, source, report: _Report) -> No
 
     device, dtype, say = args.device, torch.float32, report.say
     build_dir = args.build_dir or str(env.cache_root())
+    if any(c in build_dir for c in "'\\\n"):
+        raise CliError(f"the build folder {build_dir!r} holds a quote, backslash or newline, which the harness's "
+                       "TORCH_EXTENSIONS_DIR line cannot carry; pass another --build-dir", EXIT_USAGE)
     os.makedirs(build_dir, exist_ok=True)
 
     # Construction, in the harness's order: Model is built before the candidate is even loaded.
@@ -190,7 +200,8 @@ def _run_stages(info, args, overrides, reference, source, report: _Report) -> No
     say(f"build: loading the candidate (TORCH_EXTENSIONS_DIR={build_dir}); a first build takes a minute or more")
     start = time.monotonic()
     try:
-        ModelNew = harness.load_candidate(source, context, build_dir)
+        with Elapsed("build", enabled=not args.quiet):
+            ModelNew = harness.load_candidate(source, context, build_dir)
     except harness.CandidateError as exc:
         report.data["build"] = {"ok": False, "seconds": round(time.monotonic() - start, 1)}
         raise CliError(str(exc), EXIT_FAILED) from None
@@ -208,7 +219,8 @@ def _run_stages(info, args, overrides, reference, source, report: _Report) -> No
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as exc:
-        raise CliError(f"ModelNew(*get_init_inputs()) failed: {type(exc).__name__}: {exc}", EXIT_FAILED) from None
+        raise CliError(f"ModelNew(*get_init_inputs()) failed: {type(exc).__name__}: {_first_line(exc)}",
+                       EXIT_FAILED) from None
     ref_keys, new_keys = sorted(model.state_dict()), sorted(model_new.state_dict())
     report.data["state_dict_keys_match"] = ref_keys == new_keys
     if ref_keys != new_keys:
@@ -223,7 +235,7 @@ def _run_stages(info, args, overrides, reference, source, report: _Report) -> No
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as exc:
-            raise CliError(f"running the models failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            raise CliError(f"running the models failed: {type(exc).__name__}: {_first_line(exc)}",
                            EXIT_FAILED) from None
     report.data["correctness"] = {
         "passed": all(t.passed for t in trials), "tolerance": tol,
@@ -249,7 +261,14 @@ def _run_stages(info, args, overrides, reference, source, report: _Report) -> No
         progress = Progress(f"timing {name}", harness.WARMUP_CALLS + args.trials + harness.DISCARDED_TRIALS,
                             enabled=not args.quiet)
         with progress:
-            timings[name] = harness.time_calls(fn, inputs, device, args.trials, on_call=progress.step).stats()
+            try:
+                timings[name] = harness.time_calls(fn, inputs, device, args.trials, on_call=progress.step).stats()
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                hint = "; --no-compile skips this baseline" if name == "torch.compile" else ""
+                raise CliError(f"timing {name} failed: {type(exc).__name__}: {_first_line(exc)}{hint}",
+                               EXIT_FAILED) from None
     report.data["timing"] = timings
     method = "CUDA events, L2 flushed" if device == "cuda" else "perf_counter"
     say(f"timing: {args.trials} trials + {harness.DISCARDED_TRIALS} discarded, {harness.WARMUP_CALLS} warm-ups, "

@@ -73,14 +73,15 @@ def problem_parts(info: ProblemInfo) -> ProblemParts:
 
 
 def _join_inputs(inputs: tuple[str, ...]) -> str:
-    """Constants one per line, a blank pair of lines around each function."""
-    out = ""
+    """Constants one per line, two blank lines around each function or class."""
+    out, previous_def = [], False
     for segment in inputs:
         is_def = segment.startswith(("def ", "class ", "@"))
         if out:
-            out += "\n\n\n" if is_def or out.endswith("\n\n") else "\n"
-        out += segment + ("\n" if is_def else "")
-    return out.rstrip("\n") + "\n"
+            out.append("\n\n\n" if is_def or previous_def else "\n")
+        out.append(segment)
+        previous_def = is_def
+    return "".join(out) + "\n"
 
 
 def reference_source(info: ProblemInfo) -> str:

@@ -7,6 +7,7 @@ so logs stay readable.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 
@@ -52,3 +53,32 @@ class Progress:
             self.close()
         elif self.live:
             self.stream.write("\n")
+
+
+class Elapsed:
+    """For a stage with no count to show (a compile): on a terminal, the seconds spent so far, redrawn
+    by a background thread twice a second; elsewhere nothing (the caller reports the total)."""
+
+    def __init__(self, label: str, enabled: bool = True, stream=None):
+        self.label, self.stream = label, stream or sys.stderr
+        self.live = enabled and self.stream.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(0.5):
+            self.stream.write(f"\r{self.label:<28} {time.monotonic() - start:6.1f} s")
+            self.stream.flush()
+
+    def __enter__(self):
+        if self.live:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self._stop.set()
+            self._thread.join()
+            self.stream.write("\r" + " " * 40 + "\r")
+            self.stream.flush()

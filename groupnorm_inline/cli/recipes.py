@@ -2,8 +2,10 @@
 
 A recipe names, for one problem:
 
-* `extensions`: the package's `ExtensionSpec`s whose sources the single-file export embeds (looked up
-  when needed, so new sources added to a spec flow into every export without touching this file);
+* `extension_specs`: where the package's `ExtensionSpec`s live ("module:attribute"), whose sources the
+  single-file export embeds. They are looked up when needed, so sources added to a spec flow into every
+  export without touching this file; the module must build nothing at import (`list`, `show-config`
+  and `export` import it);
 * `model_source`: the export's Python: `ModelNew` (same constructor arguments and `state_dict` keys as
   `Model`, parameters drawn from the global RNG in the same order) calling the operators as
   `torch.ops.<package namespace>.<op>`; the exporter renames those namespaces together with the C++ ones.
