@@ -1,4 +1,4 @@
-"""Test helpers for the level 2 problems: the KernelBench harness flow, the accuracy margin, float64 references.
+"""Test utilities for the level 2 problems: the KernelBench harness flow, the accuracy margin, float64 references.
 
 The accuracy bar of the level 2 problems is stated as a margin: the harness passes a float32 output when
 |ours - ref| <= 1e-4 + 1e-4 * |ref| everywhere, so margin = max(|ours - ref| / (1e-4 + 1e-4 * |ref|)) must be
