@@ -137,13 +137,16 @@ def backward_reference(grad_out, input, mean, rstd, weight, num_groups):
     """What the backward operator computes, in PyTorch ops (differentiable in every tensor argument).
 
     grad_out, input: (N, C, *); mean, rstd: (N, G); weight: (C,) or None. Returns float tensors in the
-    stats dtype: grad_input (N, C, *), grad_weight (C,), grad_bias (C,).
+    stats dtype: grad_input (N, C, *), grad_weight (C,), grad_bias (C,). Like the kernels, it refines the
+    saved mean (rounded to float32 for float32/half inputs) by the slice's mean residual, so the result
+    depends on the input's exact mean, not on the rounding of `mean`.
     """
     acc = stats_dtype(input.dtype)
     n, c, g = input.shape[0], input.shape[1], num_groups
     x = input.to(acc).reshape(n, g, c // g, -1)                  # (N, G, C/G, HW)
     dy = grad_out.to(acc).reshape(n, g, c // g, -1)
-    mu = mean.reshape(n, g, 1, 1)
+    saved_mu = mean.reshape(n, g, 1, 1)
+    mu = saved_mu + (x - saved_mu).mean(dim=(2, 3), keepdim=True)
     sigma = rstd.reshape(n, g, 1, 1)
     w = (torch.ones(c, dtype=acc, device=input.device) if weight is None else weight.to(acc)).reshape(1, g, c // g, 1)
     ds = (dy * (x - mu)).sum(dim=3, keepdim=True)                 # (N, G, C/G, 1)

@@ -1,18 +1,23 @@
 """C++ source: the `group_norm_backward` operator schema and its CPU kernel.
 
 Gradients of y = (x - mean) * rstd * w[c] + b[c] over each (n, g) slice of D = (C / G) * HW elements,
-with the statistics the forward saved (never recomputed). Per (n, c) row of HW elements:
+with the statistics the forward saved (never recomputed). Per (n, c) row of HW elements, with m the
+saved mean of the row's slice:
 
-    db[n, c]  = sum_hw dy                      ds[n, c] = sum_hw dy * (x - mean[n, g])
+    ds[n, c] = sum_hw dy * (x - m),    db[n, c] = sum_hw dy,    dm[n, c] = sum_hw (x - m)
 
-(ds is taken about the saved mean, so no cancellation when |mean| >> std). Then per (n, g), with
-B = sum_c w[c] db[n, c] and S = sum_c w[c] ds[n, c] over the group's channels:
+Sums about the saved mean do not cancel when |mean| >> std. The saved mean is rounded to float32 for
+float32/half inputs, off by up to half an ulp of |mean|: at |mean| = 1e4 std that is 5e-4 std, and the
+gradients would inherit it; delta = sum_c dm / D is that rounding, measured on the same pass, so the
+exact slice mean m + delta is used at no extra traffic. Per (n, g), over the group's channels:
 
-    dx = rstd * w[c] * dy  +  coef_x * (x - mean)  +  coef_1,
-    coef_x = -rstd^3 * S / D,   coef_1 = -rstd * B / D
-    dw[c]  = sum_n ds[n, c] * rstd[n, g],       db_param[c] = sum_n db[n, c]
+    S = sum_c w[c] (ds[n, c] - delta db[n, c]),   B = sum_c w[c] db[n, c]
+    dx = rstd * w[c] * dy  +  coef_x * (x - m)  +  coef_1,
+    coef_x = -rstd^3 * S / D,   coef_1 = -rstd * B / D - coef_x * delta
+    dw[c]  = sum_n (ds[n, c] - delta db[n, c]) * rstd[n, g],      db_param[c] = sum_n db[n, c]
 
-The CPU kernel favours exactness over speed: every sum in double, one `at::parallel_for` task per slice.
+The CPU kernel favours exactness over speed: every sum in double, one `at::parallel_for` task per slice,
+the slice mean refined in a separate first pass (same result as the formulas above).
 Outputs not asked for by `output_mask` come back as empty tensors of shape (0,).
 
 This source is concatenated with the forward's C++ source into one translation unit; the namespace
@@ -95,10 +100,14 @@ GROUP_NORM_BACKWARD_CPU_TEMPLATE = GROUP_NORM_BACKWARD_CHECKS + r"""
 namespace gn_inline_backward_cpu {
 
 // One (n, g) slice: x, dy, dx: (cpg, HW) contiguous; w: the group's cpg weights (double) or null;
-// ds, db: the group's cpg per-channel sums (written here, read again for dw/db).
+// ds, db: the group's cpg per-channel sums (written here, about the exact mean, read again for dw/db).
 template <typename T>
 void backward_slice(const T* x, const T* dy, T* dx, const double* w, double mean, double rstd, int64_t cpg,
                     int64_t HW, double* ds, double* db) {
+  const double D = static_cast<double>(cpg * HW);
+  double dm = 0;
+  for (int64_t i = 0; i < cpg * HW; ++i) dm += static_cast<double>(x[i]) - mean;
+  mean += dm / D;  // the exact slice mean (the saved one may be rounded to float)
   double S = 0, B = 0;
   for (int64_t cl = 0; cl < cpg; ++cl) {
     const T* xr = x + cl * HW;
@@ -116,7 +125,6 @@ void backward_slice(const T* x, const T* dy, T* dx, const double* w, double mean
     B += wc * b;
   }
   if (dx == nullptr) return;
-  const double D = static_cast<double>(cpg * HW);
   const double coef_x = -rstd * rstd * rstd * S / D;
   const double coef_1 = -rstd * B / D;
   for (int64_t cl = 0; cl < cpg; ++cl) {
