@@ -5,6 +5,10 @@ translation unit with no header files to install.
 """
 
 COMMON_CUDA_HEADER = r"""
+// Guarded: several kernel sources of one extension each prepend this header, and load_inline joins
+// them into one translation unit.
+#ifndef GN_INLINE_COMMON_CUDA_HEADER
+#define GN_INLINE_COMMON_CUDA_HEADER
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <c10/cuda/CUDAException.h>
@@ -64,4 +68,5 @@ __device__ __forceinline__ void block_sum2(T& a, T& b, T* scratch) {
 }
 
 }  // namespace gn_inline
+#endif  // GN_INLINE_COMMON_CUDA_HEADER
 """
