@@ -339,3 +339,86 @@ def test_backward_operator_output_mask():
                 assert torch.equal(got, ref)
             else:
                 assert got.shape == (0,)
+
+
+# ------------------------------------------------------------------------------------- CUDA, large shapes
+
+def _assert_grads_close_by_samples(x, num_groups, weight, bias, grad_out, grads, what, eps=1e-5):
+    """Our (dx, dw, db) against float64 autograd of F.group_norm computed on x's device a few samples at a time
+    (the samples of a GroupNorm are independent), with the error measure of `gradient_scales`."""
+    n, c = x.shape[0], x.shape[1]
+    tol = GRAD_TOLERANCES[x.dtype]
+    w64, b64 = weight.detach().double(), bias.detach().double()
+    dw, db = torch.zeros_like(w64), torch.zeros_like(b64)
+    scale_w, scale_b = torch.zeros_like(w64), torch.zeros_like(b64)
+    step = max(1, (1 << 25) // x[0].numel())
+    for n0 in range(0, n, step):
+        xs = x[n0:n0 + step].detach().double().requires_grad_()
+        gs = grad_out[n0:n0 + step].double()
+        wl, bl = w64.clone().requires_grad_(), b64.clone().requires_grad_()
+        ref_dx, ref_dw, ref_db = torch.autograd.grad(F.group_norm(xs, num_groups, wl, bl, eps), (xs, wl, bl), gs)
+        dw += ref_dw
+        db += ref_db
+        with torch.no_grad():
+            m = xs.shape[0]
+            flat = xs.reshape(m, num_groups, -1)
+            var, mean = torch.var_mean(flat, dim=2, unbiased=False, keepdim=True)
+            rstd = (var + eps).rsqrt()
+            xhat = ((flat - mean) * rstd).reshape(m, c, -1)
+            rstd_c = rstd.repeat_interleave(c // num_groups, dim=1)          # (m, C, 1)
+            g = gs.reshape(m, c, -1).abs()
+            scale_x = (rstd_c * w64.abs().view(1, c, 1) * g).max().item()
+            scale_w += (g * (xhat.abs() + rstd_c * xs.reshape(m, c, -1).abs())).sum(dim=(0, 2))
+            scale_b += g.sum(dim=(0, 2))
+            assert_close_report(grads[0][n0:n0 + step], ref_dx, tol * scale_x, tol,
+                                f"{what} grad input, samples {n0}..{n0 + m - 1}")
+        del xs, gs, ref_dx, flat, xhat, g
+    assert_close_report(grads[1], dw, tol * scale_w.max().item(), tol, f"{what} grad weight")
+    assert_close_report(grads[2], db, tol * scale_b.max().item(), tol, f"{what} grad bias")
+
+
+def _large_case(shape, num_groups):
+    x = torch.rand(shape, device="cuda")              # as KernelBench draws its inputs
+    grad_out = torch.randn(shape, device="cuda")
+    weight = (torch.rand(shape[1], device="cuda") + 0.5).requires_grad_()
+    bias = (torch.rand(shape[1], device="cuda") - 0.5).requires_grad_()
+    xl = x.detach().requires_grad_()
+    y = group_norm(xl, num_groups, weight, bias)
+    grads = torch.autograd.grad(y, (xl, weight, bias), grad_out)
+    del y
+    _assert_grads_close_by_samples(x, num_groups, weight, bias, grad_out, grads, f"{shape} G={num_groups}")
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_level1_35_class_shape_cuda():
+    """(56, 64, 512, 512), G = 8, float32: 3.8e9 elements (64-bit offsets), rows of 262144 split across CTAs;
+    half the batch of KernelBench #35 so that input, output, grad and grad_input fit beside the reference."""
+    _large_case((56, 64, 512, 512), 8)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_many_short_rows_cuda():
+    """(1100000, 1024), G = 8: 1.1e9 elements in rows of one element (64-bit indices on the short-row path)."""
+    _large_case((1100000, 1024), 8)
+
+
+@pytest.mark.cuda
+def test_runs_on_the_current_stream():
+    """Backward on a side stream right after work queued on it: kernels launched elsewhere would race it."""
+    x = make_input((8, 64, 64, 64), torch.float32, "cuda").requires_grad_()
+    weight, bias = make_params(64, "affine", torch.float32, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        grad_out = torch.randn(x.shape, device="cuda")
+        for _ in range(20):  # keep the side stream busy while the backward is queued
+            grad_out = grad_out * 1.0001 - 0.0001 * grad_out.sin()
+        y = group_norm(x, 8, weight, bias)
+        grads = torch.autograd.grad(y, (x, weight, bias), grad_out)
+    side.synchronize()
+    expected = reference_grads(x, 8, weight, bias, grad_out)
+    scales = gradient_scales(x, 8, weight, grad_out)
+    for name, got in zip(("input", "weight", "bias"), grads):
+        assert_close_report(got, expected[name], 2e-5 * scales[name], 2e-5, f"grad {name}")
