@@ -9,10 +9,14 @@ Errors (checked here more strictly than KernelBench, so a pass here is a pass th
   * reassigning timing functions (`torch.cuda.Event.record = ...`, `time.perf_counter = ...`, ...);
   * threads or processes (`threading`, `multiprocessing`, `concurrent.futures`, pool executors);
   * tensor subclasses (`class X(torch.Tensor)`, `_make_subclass`, `torch.Tensor.__new__`);
+  * wrapping PyTorch (KernelBench's strict "pytorch_wrap" check): `torch.nn.functional` or
+    `nn.functional.` anywhere (an import of it included), `F.conv*`/`F.linear`/... calls, and `torch.nn.X`
+    for any X but the containers, `Parameter` and `init` (`nn.Linear` written without `torch.` is fine);
   * for the CUDA backend, no `__global__` or no `load_inline`/`cpp_extension` in the text KernelBench
     keeps after its comment cut (checked on that same cut text, so a pass here is a pass there);
   * text that is not valid Python (the harness counts a SyntaxError as a compile failure).
-Warnings: `torch.nn.<compute layer>`, high-level torch/functional compute ops, CUDA streams, half casts.
+Warnings (KernelBench's optional checks): high-level torch compute ops (`torch.mm`, `torch.logsumexp`,
+...), CUDA streams, half casts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from dataclasses import dataclass, field
 
 _BYPASS_WORDS = re.compile(r"\b(try|except|pass)\b")
 
+# What torch.nn may be followed by (KernelBench's allowed list): containers, Parameter, init.
+_NN_CONTAINERS = r"(?:Module|parameter|Parameter|ParameterList|ParameterDict|ModuleList|ModuleDict|init)\b"
+
 _ERROR_RULES: tuple[tuple[str, str, str], ...] = (
     ("timing-patch", r"\b(?:torch\.cuda\.(?:Event(?:\.\w+)?|synchronize)|time\.(?:time|perf_counter\w*|"
                      r"monotonic\w*|process_time\w*))\s*=(?!=)", "reassigns a timing function"),
@@ -33,18 +40,17 @@ _ERROR_RULES: tuple[tuple[str, str, str], ...] = (
      "uses processes or pool executors"),
     ("tensor-subclass", r"\b_make_subclass\b|\bclass\s+\w+\s*\([^)]*\bTensor\s*\)|\btorch\.Tensor\.__new__\b",
      "defines or builds a Tensor subclass"),
+    ("nn-layer", rf"torch\.nn\.(?!{_NN_CONTAINERS})", "uses torch.nn beyond its containers, Parameter and init"),
+    ("functional-op", r"torch\.nn\.functional|\bnn\.functional\.|\bF\.(?:conv|linear|relu|gelu|softmax|"
+                      r"batch_norm|layer_norm|group_norm|dropout|max_pool|avg_pool)", "wraps torch.nn.functional"),
 )
 
-_NN_CONTAINERS = r"(?:Module|parameter|Parameter|ParameterList|ParameterDict|ModuleList|ModuleDict|init)\b"
 _COMPUTE_OPS = ("mm", "bmm", "matmul", "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                 "conv_transpose2d", "conv_transpose3d", "relu", "hardtanh", "gelu", "softmax", "log_softmax",
                 "tanh", "sigmoid", "silu", "mish", "batch_norm", "group_norm", "layer_norm", "instance_norm",
                 "rms_norm", "linear", "logsumexp", "clamp", "dropout")
 _WARNING_RULES: tuple[tuple[str, str, str], ...] = (
-    ("nn-layer", rf"\btorch\.nn\.(?!{_NN_CONTAINERS})\w+", "uses a torch.nn compute layer"),
     ("torch-op", r"\btorch\.(?:" + "|".join(_COMPUTE_OPS) + r")\s*\(", "calls a high-level torch compute op"),
-    ("functional-op", r"\b(?:torch\.nn\.functional|nn\.functional)\.\w+|\bF\.(?:conv|linear|relu|gelu|softmax|"
-                      r"batch_norm|layer_norm|group_norm|dropout|max_pool|avg_pool)", "calls torch.nn.functional"),
     ("streams", r"\bcuda\.Stream\s*\(|\bwith\s+torch\.cuda\.stream\b|\.wait_stream\s*\(|\.record_stream\s*\(",
      "uses CUDA streams"),
     ("half-cast", r"\.half\s*\(\s*\)|\.bfloat16\s*\(\s*\)", "casts to half precision"),
