@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -185,9 +186,14 @@ def bench(gn, shape, G, dtype, with_compile, rows_out):
     t_comp = float("nan")
     if with_compile:
         torch._dynamo.reset()
-        comp = torch.compile(lambda t, ww, bb: F.group_norm(t, G, ww, bb, 1e-5), dynamic=False)
-        y_c = comp(x, w, b)
-        t_comp = time_fn(lambda: torch.autograd.grad(y_c, (x, w, b), dy, retain_graph=True), flush=flush)
+        # The compiled backward frees ("donates") its saved buffers by default, which forbids retain_graph=True.
+        import torch._functorch.config as config
+
+        no_donation = config.patch(donated_buffer=False) if hasattr(config, "donated_buffer") else nullcontext()
+        with no_donation:
+            comp = torch.compile(lambda t, ww, bb: F.group_norm(t, G, ww, bb, 1e-5), dynamic=False)
+            y_c = comp(x, w, b)
+            t_comp = time_fn(lambda: torch.autograd.grad(y_c, (x, w, b), dy, retain_graph=True), flush=flush)
         del y_c
     log(f"{str(tuple(shape)):24s} G={G:<4d} {str(dtype).split('.')[-1]:9s} floor={t_floor:8.4f} ours={t_ours:8.4f} "
         f"op={t_op:8.4f} eager={t_eager:8.4f} compile={t_comp:8.4f} | ours/floor={t_ours / t_floor:5.2f} "
