@@ -5,7 +5,11 @@ nothing is copied by hand), comments stripped, with every operator namespace ren
 `<namespace>_export_l<level>_<number>_<digest>`: a torch.library namespace can be defined once per
 process, and the harness may run the file where groupnorm_inline itself is loaded (or run an edited
 export beside an older one). It builds with a single `load_inline` call per extension and defines
-`ModelNew` plus the problem's `get_inputs`/`get_init_inputs`.
+`ModelNew` plus the problem's `get_inputs`/`get_init_inputs`. The Python comes from the problem's recipe:
+for the level 2 problems it is generated from the package's own problem and kernels modules
+(`python_glue`), so it is never a second copy kept by hand either. Two checks guard the file: every
+package operator namespace its Python calls is one its extensions define, and it rebinds none of the
+reference's names in the namespace the harness shares with it.
 
 Why `is_python_module=False` and `torch.ops` rather than `functions=` (pybind): the sources already
 register their operators with `TORCH_LIBRARY`, as the package loads them; the dispatcher then picks the
@@ -158,6 +162,47 @@ def embed_extensions(specs: tuple[ExtensionSpec, ...], model_source: str, info: 
     return tuple(embedded), cxx_text.retarget_python(model_source, renames)
 
 
+def check_operator_namespaces(model_source: str, embedded: tuple[EmbeddedExtension, ...], info: ProblemInfo) -> None:
+    """Every package operator namespace the (renamed) Python uses must be one the file's extensions define."""
+    defined = {e.namespace for e in embedded if e.namespace}
+    used = set(re.findall(r"\btorch\.ops\.(\w+)", model_source))
+    missing = sorted(ns for ns in used if ns.startswith("groupnorm_inline") and ns not in defined)
+    if missing:
+        raise CliError(f"the export of {info.key} calls operators of {', '.join(missing)}, which none of its "
+                       f"extensions ({', '.join(sorted(defined)) or 'none'}) defines; add that ExtensionSpec to "
+                       f"its recipe", EXIT_FAILED)
+
+
+def _top_level_names(source: str) -> set[str]:
+    """Names the statements of a module bind at its top level (imports aside)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+# The reference's names the export may rebind: the harness took them before it ran the candidate.
+_REBOUND_REFERENCE_NAMES = frozenset({"get_inputs", "get_init_inputs"})
+
+
+def reference_name_clashes(text: str, reference: str) -> set[str]:
+    """The reference's top-level names that the candidate `text` would rebind. The harness execs the
+    candidate into the reference's namespace: rebinding `Model`, a constant or a helper there changes
+    what the reference computes (its get_inputs() reads its constants from there when called)."""
+    return _top_level_names(text) & _top_level_names(reference) - _REBOUND_REFERENCE_NAMES
+
+
+def check_reference_names(text: str, info: ProblemInfo) -> None:
+    clashes = reference_name_clashes(text, problem_source.reference_source(info))
+    if clashes:
+        raise CliError(f"the export of {info.key} would overwrite the reference's {', '.join(sorted(clashes))} "
+                       "in the namespace the harness shares; rename them in the package", EXIT_FAILED)
+
+
 def python_literal(text: str) -> str:
     """`text` as a raw triple-quoted literal when that reads back exactly, else as repr()."""
     literal = 'r"""\n' + text + '"""'
@@ -200,9 +245,12 @@ def export_source(info: ProblemInfo) -> str:
     from .. import __version__
 
     recipe = recipes.recipe_for(info)
-    embedded, model_source = embed_extensions(recipe.extensions(), recipe.model_source, info)
+    model_imports, model_python = recipe.model_python()
+    embedded, model_source = embed_extensions(recipe.extensions(), model_python, info)
+    check_operator_namespaces(model_source, embedded, info)
     problem_imports, inputs = problem_source.inputs_source(info)
-    imports = list(_BASE_IMPORTS) + [i for i in problem_imports if i not in _BASE_IMPORTS]
+    imports = list(_BASE_IMPORTS)
+    imports += [i for i in dict.fromkeys(model_imports + problem_imports) if i not in _BASE_IMPORTS]
     rendered = [_render_extension(i, ext) for i, ext in enumerate(embedded)]
     namespaces = ", ".join(e.namespace for e in embedded if e.namespace)
     header = (
@@ -221,6 +269,7 @@ def export_source(info: ProblemInfo) -> str:
             + f"_DEFAULT_CAPABILITY = {DEFAULT_CAPABILITY!r}\n\n"
             + _LOADER + "\n\n" + model_source.strip("\n") + "\n\n\n" + scoped_inputs(inputs))
     text = re.sub(r"\n{4,}", "\n\n\n", text)
+    check_reference_names(text, info)
     report = checker.check_source(text)
     if not report.ok:
         raise CliError(f"the export of {info.key} breaks KernelBench's static rules:\n{report.summary()}", EXIT_FAILED)

@@ -6,12 +6,19 @@ A recipe names, for one problem:
   single-file export embeds. They are looked up when needed, so sources added to a spec flow into every
   export without touching this file; the module must build nothing at import (`list`, `show-config`
   and `export` import it);
-* `model_source`: the export's Python: `ModelNew` (same constructor arguments and `state_dict` keys as
-  `Model`, parameters drawn from the global RNG in the same order) calling the operators as
-  `torch.ops.<package namespace>.<op>`; the exporter renames those namespaces together with the C++ ones.
-  Only Python glue lives here, never a kernel;
+* the export's Python, one of:
+  - `model_module`: the problem module whose `ModelNew` the export carries, generated from the package's
+    own source by `python_glue` together with every helper it needs (constants, GEMM helpers, context
+    managers from the kernels module), so an edit there flows into the export with nothing to update here;
+  - `model_source`: hand-written Python (`ModelNew` on the operators as `torch.ops.<package namespace>`)
+    for a problem whose package `ModelNew` builds on layers the export does not carry (#35 uses the
+    package's autograd-aware `GroupNorm` module, the export needs only its forward).
+  Either way `ModelNew` has the same constructor arguments and `state_dict` keys as `Model` and draws its
+  parameters from the global RNG in the same order; the exporter renames the operator namespaces together
+  with the C++ ones. Only Python glue lives here, never a kernel;
 * `small_constants`: module constants that shrink the problem for `eval --small` (a CPU smoke run, or a
-  quick GPU check); every constant derived from a changed one must be listed too.
+  quick GPU check) and for the CPU tests of the exports; every constant derived from a changed one must
+  be listed too.
 
 To make a new problem exportable, add its recipe to `RECIPES` under its key in `groupnorm_inline.problems`.
 """
@@ -28,8 +35,21 @@ from .errors import EXIT_USAGE, CliError
 @dataclass(frozen=True)
 class ProblemRecipe:
     extension_specs: tuple[str, ...]     # "module:attribute" of each ExtensionSpec, e.g. "groupnorm_inline.extension:SPEC"
-    model_source: str
+    model_source: str = ""               # hand-written export Python, or
+    model_module: str = ""               # the module whose ModelNew the export carries, generated
     small_constants: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if bool(self.model_source) == bool(self.model_module):
+            raise ValueError("a recipe names exactly one of model_source and model_module")
+
+    def model_python(self) -> tuple[tuple[str, ...], str]:
+        """(import lines, text) of the export's Python: ModelNew and what it needs."""
+        if self.model_source:
+            return (), self.model_source
+        from . import python_glue
+
+        return python_glue.model_new_source(self.model_module)
 
     def extensions(self):
         """The ExtensionSpec objects, imported now (importing them builds nothing)."""
@@ -84,6 +104,23 @@ RECIPES: dict[str, ProblemRecipe] = {
         model_source=_GROUP_NORM_MODEL,
         # (2, 64, 30, 30), 8 groups: 1.8e5 elements, slices of 7200 with an odd H*W.
         small_constants={"batch_size": 2, "dim1": 30, "dim2": 30},
+    ),
+    # Level 2 #94: ModelNew with its default GEMM (the operand split with the cached weight split, cuBLAS
+    # precision handled by CublasFloat32Mode), all from the package's modules.
+    "2/94": ProblemRecipe(
+        extension_specs=("groupnorm_inline.problems.level2_94_kernels:EXTENSION",),
+        model_module="groupnorm_inline.problems.level2_94_gemm_mish_group_norm",
+        # x (6, 96), Linear 96 -> 256, 8 groups of 32 channels (the problem's group width).
+        small_constants={"batch_size": 6, "in_features": 96, "out_features": 256, "bias_shape": (256,),
+                         "num_groups": 8},
+    ),
+    # Level 2 #92: ModelNew on the fused operator, from the package's modules (the CUDA kernel is tuned
+    # there; every export carries its current state).
+    "2/92": ProblemRecipe(
+        extension_specs=("groupnorm_inline.problems.level2_92_kernels:EXTENSION",),
+        model_module="groupnorm_inline.problems.level2_92_conv_group_norm_logsumexp",
+        # x (2, 8, 21, 19): the problem's channels and groups, an odd 19 x 17 output image.
+        small_constants={"batch_size": 2, "height": 21, "width": 19},
     ),
 }
 
