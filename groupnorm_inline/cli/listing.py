@@ -39,9 +39,19 @@ def problems_table() -> str:
         lines += [f"{info.key:6} {info.file_name}  ({info.summary})",
                   f"       inputs: {inputs}  ({nbytes / 1e9:.2f} GB)",
                   f"       init inputs: {init}",
-                  f"       module: groupnorm_inline.problems.{info.module}; "
-                  f"export/eval: {'yes' if recipe else 'no recipe yet'}"]
+                  f"       module: groupnorm_inline.problems.{info.module}",
+                  f"       export/eval: {export_summary(recipe)}"]
         if recipe and recipe.small_constants:
-            small_inputs, _, _ = reference_shapes(info, recipe.small_constants)
-            lines.append(f"       --small inputs: {small_inputs}")
+            small_inputs, small_init, _ = reference_shapes(info, recipe.small_constants)
+            lines.append(f"       --small inputs: {small_inputs}"
+                         + (f"; init inputs: {small_init}" if small_init != init else ""))
     return "\n".join(lines)
+
+
+def export_summary(recipe) -> str:
+    """Where the export's ModelNew comes from (no module is imported, nothing is built)."""
+    if recipe is None:
+        return "no recipe yet"
+    if recipe.model_module:
+        return f"yes; ModelNew generated from the source of {recipe.model_module}"
+    return "yes; ModelNew written in its recipe (groupnorm_inline.cli.recipes)"
