@@ -19,6 +19,10 @@ Steps 1 and 4 have two shapes:
   segment path  (HW < 1024) a power-of-two segment of 1-32 lanes per row, scalar coalesced accesses,
                 segment sums by warp shuffles: a CTA per row would leave most lanes idle.
 
+Indices: the row path works in int64 (its per-element cost is the loads, and a row may pass 2^31
+elements); the segment path in int32 whenever the tensor has fewer than 2^30 elements, for cheaper
+per-row divisions.
+
 Numerics: each thread adds one unrolled batch of elements in the compute type (float, or double for
 double), folds it into double, CTAs combine in double; ds is taken about the saved mean, so it does not
 cancel when |mean| >> std, and delta removes the saved mean's float32 rounding. Offsets are 64-bit
@@ -72,21 +76,21 @@ __device__ __forceinline__ void block_sum3(double& a, double& b, double& c, doub
 
 // Row path. CTA (blockIdx.x, blockIdx.y) = (row, split) sums chunk [split * chunk, +chunk) of its row.
 // x, dy: (rows, HW); mean: (N * G,); partial: (rows, splits, kSums) holding (ds, db, dm).
-template <typename T, typename I, int VEC>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) row_channel_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
-    typename Acc<T>::type* __restrict__ partial, int64_t cpg, I HW, I chunk) {
+    typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[3 * 32];
   const int64_t row = blockIdx.x;
-  const T* xr = x + row * static_cast<int64_t>(HW);
-  const T* dyr = dy + row * static_cast<int64_t>(HW);
+  const T* xr = x + row * HW;
+  const T* dyr = dy + row * HW;
   const A mu = mean[row / cpg];
-  const I begin = static_cast<I>(blockIdx.y) * chunk;
-  const I end = begin + chunk < HW ? begin + chunk : HW;
-  const I stride = static_cast<I>(blockDim.x) * VEC;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t end = begin + chunk < HW ? begin + chunk : HW;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
   double ds = 0, db = 0, dm = 0;
-  I j = begin + static_cast<I>(threadIdx.x) * VEC;
+  int64_t j = begin + static_cast<int64_t>(threadIdx.x) * VEC;
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
     Vec<T, VEC> xv[kUnroll], gv[kUnroll];
 #pragma unroll
@@ -271,23 +275,23 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 
 // Row path, same grid as row_channel_sums but walking the rows from the last one: what step 1 read
 // last is what L2 still holds. dx: (rows, HW), written with streaming stores.
-template <typename T, typename I, int VEC>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
     const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    int64_t rows, int64_t C, int64_t cpg, I HW, I chunk) {
+    int64_t rows, int64_t C, int64_t cpg, int64_t HW, int64_t chunk) {
   using A = typename Acc<T>::type;
   const int64_t row = rows - 1 - static_cast<int64_t>(blockIdx.x);
-  const int64_t offset = row * static_cast<int64_t>(HW);
+  const int64_t offset = row * HW;
   const T* xr = x + offset;
   const T* dyr = dy + offset;
   T* dxr = dx + offset;
   const RowCoefficients<A> k = row_coefficients<A>(row, C, cpg, w, mean, rstd, coef);
-  const I begin = static_cast<I>(blockIdx.y) * chunk;
-  const I end = begin + chunk < HW ? begin + chunk : HW;
-  const I stride = static_cast<I>(blockDim.x) * VEC;
-  I j = begin + static_cast<I>(threadIdx.x) * VEC;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t end = begin + chunk < HW ? begin + chunk : HW;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
+  int64_t j = begin + static_cast<int64_t>(threadIdx.x) * VEC;
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
     Vec<T, VEC> xv[kUnroll], gv[kUnroll];
 #pragma unroll
@@ -386,23 +390,21 @@ inline LaunchPlan make_plan(int64_t rows, int64_t HW, int vec16, bool aligned, i
   return p;
 }
 
-template <typename T, typename I, int VEC>
+template <typename T, int VEC>
 void launch_row_sums(const T* x, const T* dy, const typename Acc<T>::type* mean, typename Acc<T>::type* partial,
                      int64_t rows, int64_t cpg, int64_t HW, const LaunchPlan& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits));
-  row_channel_sums<T, I, VEC><<<grid, kThreads, 0, stream>>>(x, dy, mean, partial, cpg, static_cast<I>(HW),
-                                                             static_cast<I>(p.chunk));
+  row_channel_sums<T, VEC><<<grid, kThreads, 0, stream>>>(x, dy, mean, partial, cpg, HW, p.chunk);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T, typename I, int VEC>
+template <typename T, int VEC>
 void launch_row_grad_input(const T* x, const T* dy, T* dx, const typename Acc<T>::type* w,
                            const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd,
                            const typename Acc<T>::type* coef, int64_t rows, int64_t C, int64_t cpg, int64_t HW,
                            const LaunchPlan& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits));
-  row_grad_input<T, I, VEC><<<grid, kThreads, 0, stream>>>(x, dy, dx, w, mean, rstd, coef, rows, C, cpg,
-                                                           static_cast<I>(HW), static_cast<I>(p.chunk));
+  row_grad_input<T, VEC><<<grid, kThreads, 0, stream>>>(x, dy, dx, w, mean, rstd, coef, rows, C, cpg, HW, p.chunk);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -428,18 +430,13 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
   const A* wp = w.defined() ? w.data_ptr<A>() : nullptr;
   at::Tensor partial = at::empty({rows * p.splits * kSums}, x.options().dtype(c10::CppTypeToScalarType<A>::value));
   A* pp = partial.data_ptr<A>();
-  const bool small_hw = HW < (int64_t(1) << 30);     // within-row indices fit int32 with room for a stride
+  // Short-row path indices in int32 (cheaper divisions per row) when every element index fits with room.
   const bool small_tensor = x.numel() < (int64_t(1) << 30);
 
   // 1. channel sums
   if (p.row_path) {
-    if (p.vec == V) {
-      if (small_hw) launch_row_sums<T, int32_t, V>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-      else launch_row_sums<T, int64_t, V>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-    } else {
-      if (small_hw) launch_row_sums<T, int32_t, 1>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-      else launch_row_sums<T, int64_t, 1>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-    }
+    if (p.vec == V) launch_row_sums<T, V>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
+    else launch_row_sums<T, 1>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
   } else if (small_tensor) {
     segment_channel_sums<T, int32_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
         xp, dyp, mp, pp, static_cast<int32_t>(rows), static_cast<int32_t>(cpg), static_cast<int32_t>(HW), p.seg);
@@ -468,13 +465,8 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
 
   // 4. grad input
   if (p.row_path) {
-    if (p.vec == V) {
-      if (small_hw) launch_row_grad_input<T, int32_t, V>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-      else launch_row_grad_input<T, int64_t, V>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-    } else {
-      if (small_hw) launch_row_grad_input<T, int32_t, 1>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-      else launch_row_grad_input<T, int64_t, 1>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-    }
+    if (p.vec == V) launch_row_grad_input<T, V>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
+    else launch_row_grad_input<T, 1>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
   } else if (small_tensor) {
     segment_grad_input<T, int32_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
         xp, dyp, dxp, wp, mp, rp, cp, static_cast<int32_t>(rows), static_cast<int32_t>(C), static_cast<int32_t>(cpg),
