@@ -12,7 +12,7 @@ slice = row / (C / G). Four launches, x and dy read twice in all, dx written onc
   4 grad input       dx = rstd * w[c] * dy + coef_x * (x - m) + coef_1  (second read, one write)
 
 Steps 1 and 4 have two shapes:
-  row path      (HW >= 1024) a grid of (row, split) CTAs, each on a contiguous chunk of one row with
+  row path      (HW >= 1024) a grid of rows * splits CTAs, each on a contiguous chunk of one row with
                 16-byte vector accesses; per-CTA constants, no per-element index arithmetic. Split
                 partial sums go to a (rows, splits, 3) buffer that steps 2 and 3 fold (deterministic,
                 no atomics).
@@ -74,19 +74,21 @@ __device__ __forceinline__ void block_sum3(double& a, double& b, double& c, doub
 
 // ---------------------------------------------------------------------------------- 1. channel sums
 
-// Row path. CTA (blockIdx.x, blockIdx.y) = (row, split) sums chunk [split * chunk, +chunk) of its row.
+// Row path. CTA b = row * splits + split sums chunk [split * chunk, +chunk) of its row: consecutive CTAs
+// stream consecutive memory.
 // x, dy: (rows, HW); mean: (N * G,); partial: (rows, splits, kSums) holding (ds, db, dm).
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) row_channel_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
-    typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk) {
+    typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[3 * 32];
-  const int64_t row = blockIdx.x;
+  const int64_t cta = blockIdx.x;
+  const int64_t row = cta / splits;
   const T* xr = x + row * HW;
   const T* dyr = dy + row * HW;
   const A mu = mean[row / cpg];
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t begin = (cta - row * splits) * chunk;
   const int64_t end = begin + chunk < HW ? begin + chunk : HW;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
   double ds = 0, db = 0, dm = 0;
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
   }
   block_sum3(ds, db, dm, scratch);
   if (threadIdx.x == 0) {
-    A* p = partial + (row * gridDim.y + blockIdx.y) * kSums;
+    A* p = partial + cta * kSums;  // (rows, splits, kSums)
     p[0] = static_cast<A>(ds);
     p[1] = static_cast<A>(db);
     p[2] = static_cast<A>(dm);
@@ -273,22 +275,23 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
   return {w ? sigma * w[row % C] : sigma, mean[slice], coef[kCoefs * slice], coef[kCoefs * slice + 1]};
 }
 
-// Row path, same grid as row_channel_sums but walking the rows from the last one: what step 1 read
-// last is what L2 still holds. dx: (rows, HW), written with streaming stores.
+// Row path, the chunks of row_channel_sums walked from the last one: what step 1 read last is what L2
+// still holds. dx: (rows, HW), written with streaming stores.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
     const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    int64_t rows, int64_t C, int64_t cpg, int64_t HW, int64_t chunk) {
+    int64_t C, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits) {
   using A = typename Acc<T>::type;
-  const int64_t row = rows - 1 - static_cast<int64_t>(blockIdx.x);
+  const int64_t cta = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
+  const int64_t row = cta / splits;
   const int64_t offset = row * HW;
   const T* xr = x + offset;
   const T* dyr = dy + offset;
   T* dxr = dx + offset;
   const RowCoefficients<A> k = row_coefficients<A>(row, C, cpg, w, mean, rstd, coef);
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t begin = (cta - row * splits) * chunk;
   const int64_t end = begin + chunk < HW ? begin + chunk : HW;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
   int64_t j = begin + static_cast<int64_t>(threadIdx.x) * VEC;
@@ -375,7 +378,7 @@ inline LaunchPlan make_plan(int64_t rows, int64_t HW, int vec16, bool aligned, i
     // 64 KB or more per tensor; with few rows, rows are split further, down to 2K elements per CTA.
     int64_t splits = ceil_div(HW, 16384);
     if (rows * splits < target_ctas) splits = std::max(splits, std::min(ceil_div(target_ctas, rows), HW / 2048));
-    splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
+    splits = std::max<int64_t>(1, splits);
     const int64_t quantum = 32 * p.vec;
     p.chunk = ceil_div(ceil_div(HW, splits), quantum) * quantum;
     p.splits = ceil_div(HW, p.chunk);
@@ -393,8 +396,8 @@ inline LaunchPlan make_plan(int64_t rows, int64_t HW, int vec16, bool aligned, i
 template <typename T, int VEC>
 void launch_row_sums(const T* x, const T* dy, const typename Acc<T>::type* mean, typename Acc<T>::type* partial,
                      int64_t rows, int64_t cpg, int64_t HW, const LaunchPlan& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits));
-  row_channel_sums<T, VEC><<<grid, kThreads, 0, stream>>>(x, dy, mean, partial, cpg, HW, p.chunk);
+  row_channel_sums<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
+      x, dy, mean, partial, cpg, HW, p.chunk, p.splits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -403,8 +406,8 @@ void launch_row_grad_input(const T* x, const T* dy, T* dx, const typename Acc<T>
                            const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd,
                            const typename Acc<T>::type* coef, int64_t rows, int64_t C, int64_t cpg, int64_t HW,
                            const LaunchPlan& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(p.splits));
-  row_grad_input<T, VEC><<<grid, kThreads, 0, stream>>>(x, dy, dx, w, mean, rstd, coef, rows, C, cpg, HW, p.chunk);
+  row_grad_input<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
+      x, dy, dx, w, mean, rstd, coef, C, cpg, HW, p.chunk, p.splits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
