@@ -326,7 +326,7 @@ _FAKE_PROBLEM = """
 
 
     class ModelNew(nn.Module):
-        \"\"\"Doc.\"\"\"
+        \"\"\"Doc.\"\"\"  # and a remark
 
         def forward(self, x):
             BODY
@@ -359,7 +359,7 @@ def test_generated_python_follows_the_package(monkeypatch, tmp_path):
     assert "return _ops.op(helper(x)) + scaled(x)" in text
     assert "# Why the scale is two.\nSCALE = 2.0" in text
     assert "    # Scales x: pass it anything; try it.\n    return x * SCALE" in text
-    assert "# Doc." in text and '"""' not in text
+    assert "    # Doc.\n    # and a remark\n" in text and '"""' not in text
     for absent in ("UNUSED", "_unused", "class Model(", "batch_size", "__getattr__"):
         assert absent not in text
     assert text.index("def helper") < text.index("scaled = helper") < text.index("class ModelNew")
@@ -387,6 +387,15 @@ def test_generated_python_refuses_a_name_defined_twice(monkeypatch, tmp_path):
     monkeypatch.setattr(python_glue, "_PACKAGE_ROOT", root)
     with pytest.raises(CliError, match="SCALE would be defined twice"):
         python_glue.model_new_source("groupnorm_inline.problems.fake_problem")
+
+
+def test_export_refuses_python_that_rebinds_the_loader(monkeypatch):
+    glue = ("def _load_extensions():\n    return None\n\n\nclass ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n        return torch.ops.groupnorm_inline_p94.epilogue(x)\n")
+    recipe = recipes.ProblemRecipe(extension_specs=recipes.RECIPES["2/94"].extension_specs, model_source=glue)
+    monkeypatch.setitem(recipes.RECIPES, "2/94", recipe)
+    with pytest.raises(CliError, match="defines _load_extensions, which the file's loader defines too"):
+        export.export_source(PROBLEMS["2/94"])
 
 
 def test_export_checks_reference_names_and_namespaces():
@@ -525,10 +534,11 @@ print(json.dumps({
 }))
 """
 
-# |export - float64 reference| <= tol * (1 + |reference|) at the small shape, on the CPU kernels. #94 carries
-# a float32 GEMM (split into float16 parts) of depth 96 before the GroupNorm; #92 a float32 3 x 3 convolution
-# and a logsumexp over 64 channels.
-FLOAT64_TOLERANCE = {"1/35": 1e-5, "2/94": 2e-5, "2/92": 1e-5}
+# |export - float64 reference| <= tol * (1 + |reference|) at the small shape, on the CPU kernels. #94 (a
+# float32 GEMM of depth 96 split into float16 parts, then the fused GroupNorm epilogue) and #92 (a float32
+# 3 x 3 convolution, GroupNorm and a logsumexp over 64 channels) measured 3.4e-7 and 1.1e-7: a few float32
+# roundings; the bound leaves a factor of about 6.
+FLOAT64_TOLERANCE = {"1/35": 1e-5, "2/94": 2e-6, "2/92": 2e-6}
 
 
 @pytest.fixture(scope="module")

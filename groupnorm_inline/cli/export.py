@@ -261,6 +261,12 @@ def export_source(info: ProblemInfo) -> str:
         f"# so this file also runs beside the installed package. Environment: CUDA_HOME (toolkit),\n"
         f"# TORCH_CUDA_ARCH_LIST (default: the visible GPUs, else sm_{DEFAULT_CAPABILITY[0]}{DEFAULT_CAPABILITY[1]}), GROUPNORM_INLINE_NO_CUDA=1 (C++\n"
         f"# kernels only), GROUPNORM_INLINE_VERBOSE=1 (compiler output), TORCH_EXTENSIONS_DIR (build folder).\n")
+    loader_names = _top_level_names(_LOADER) | {"_EXTENSIONS", "_DEFAULT_CAPABILITY", "_problem_inputs"}
+    loader_names |= {f"EXTENSION_{i}_{kind}_SOURCES" for i in range(len(embedded)) for kind in ("CPP", "CUDA")}
+    overwritten = _top_level_names(model_source) & loader_names
+    if overwritten:
+        raise CliError(f"the Python of the export of {info.key} defines {', '.join(sorted(overwritten))}, which the "
+                       "file's loader defines too; rename them in the package", EXIT_FAILED)
     text = (header + "\n".join(imports) + "\n\n"
             + "\n".join(c for c, _ in rendered) + "\n"
             + "# Where each extension's operators live; probe_op present in torch.ops means already loaded.\n"

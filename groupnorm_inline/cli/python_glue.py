@@ -238,13 +238,16 @@ def _docstring_edits(lines: list[str], node: ast.stmt):
         start, end = first.lineno - 1, first.end_lineno - 1
         col = _char_col(lines[start], first.col_offset)
         end_col = _char_col(lines[end], first.end_col_offset)
-        if lines[start][:col].strip() or lines[end][end_col:].strip():
+        after = lines[end][end_col:].strip()
+        if lines[start][:col].strip() or (after and not after.startswith("#")):
             raise _glue_error(f"the docstring of {sub.name} shares a line with code; put it on lines of its own")
         indent = lines[start][:col]
         comment = [indent + ("# " + line if line.strip() else "#").rstrip()
                    for line in inspect.cleandoc(first.value.value).split("\n")]
         if len(sub.body) == 1:
             comment.append(indent + "...")  # the docstring was the whole body
+        if after:
+            comment.append(indent + after)  # a comment that followed the docstring
         edits.append((start, 0, end, len(lines[end]), "\n".join(comment)))
     return edits
 
