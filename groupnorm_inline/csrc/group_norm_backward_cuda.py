@@ -1,32 +1,35 @@
 """CUDA source of `group_norm_backward` (schema and math: `group_norm_backward_cpu`).
 
 The input and grad_out are made contiguous (N, C, HW); row r = n * C + c is the HW elements of one
-channel of one sample, and the (n, g) slice holds rows g * C/G .. (g + 1) * C/G - 1 of sample n, so
-slice = row / (C / G). Four launches, x and dy read twice in all, dx written once:
+channel of one sample, and the (n, g) slice is the D = (C / G) * HW contiguous elements of rows
+g * C/G .. (g + 1) * C/G - 1 of sample n (slice = row / (C / G)). x and dy are read twice in all, dx
+written once; scratch is O(N * G + grid), never a full-size temporary:
 
-  1 channel sums     per row: ds = sum dy (x - m), db = sum dy, dm = sum (x - m), m the saved mean
-                     of the row's slice (one read of x and dy)
-  2 coefficients     per slice, one warp: delta = sum dm / D (the saved mean's rounding), S, B, and
-                     coef_x, coef_1 of the formulas in `group_norm_backward_cpu`
-  3 parameter grads  per channel: dw = sum_n (ds - delta db) rstd, db_param = sum_n db (when asked for)
-  4 grad input       dx = rstd * w[c] * dy + coef_x * (x - m) + coef_1  (second read, one write)
+  1 sums           ds = sum dy (x - m), db = sum dy, dm = sum (x - m), m the saved mean of the slice
+  2 coefficients   per slice, one warp: delta = sum dm / D (the saved mean's rounding), S, B, and
+                   coef_x, coef_1 of the formulas in `group_norm_backward_cpu`
+  3 parameter grads  dw = sum_n (ds - delta db) rstd, db_param = sum_n db  (when asked for)
+  4 grad input     dx = rstd * w[c] * dy + coef_x * (x - m) + coef_1
 
-Steps 1 and 4 have two shapes:
-  row path      (HW >= 1024) a grid of rows * splits CTAs, each on a contiguous chunk of one row with
-                16-byte vector accesses; per-CTA constants, no per-element index arithmetic. Split
-                partial sums go to a (rows, splits, 3) buffer that steps 2 and 3 fold (deterministic,
-                no atomics).
-  segment path  (HW < 1024) a power-of-two segment of 1-32 lanes per row, scalar coalesced accesses,
-                segment sums by warp shuffles: a CTA per row would leave most lanes idle.
+Two paths, by row length:
+  row path    (HW >= 1024) steps 1 and 4 on a grid of rows * splits CTAs in memory order, each on a
+              contiguous chunk of one row with 16-byte vector accesses and per-CTA constants; step 1
+              writes per-(row, chunk) sums, (rows, splits, 3), small next to the rows, which steps 2
+              and 3 fold (deterministic, no atomics).
+  short path  (HW < 1024) per-row sums would be as large as the tensor (HW = 1: three values per
+              element), so step 1 sums whole slices instead, each element weighted by its channel's w:
+              groups of 1-256 lanes per (slice, chunk), several short slices per CTA, long slices split
+              over CTAs. Step 4 runs segments of 1-32 lanes per row, C * k segments in all, so each
+              segment only ever meets rows of one channel (rows are n * C + c): it adds that channel's
+              dw / db terms in registers as it goes and writes them once; step 3 folds the k per
+              channel.
 
-Indices: the row path works in int64 (its per-element cost is the loads, and a row may pass 2^31
-elements); the segment path in int32 whenever the tensor has fewer than 2^30 elements, for cheaper
-per-row divisions.
+Indices: the row path works in int64 (its cost is the loads, and a row may pass 2^31 elements); the
+short path in int32 whenever the tensor has fewer than 2^30 elements (cheaper per-row divisions).
 
-Numerics: each thread adds one unrolled batch of elements in the compute type (float, or double for
-double), folds it into double, CTAs combine in double; ds is taken about the saved mean, so it does not
-cancel when |mean| >> std, and delta removes the saved mean's float32 rounding. Offsets are 64-bit
-wherever a tensor can pass 2^31 elements.
+Numerics: products in the compute type (float, or double for double), sums in double (the row path
+adds one unrolled batch in the compute type first); ds is taken about the saved mean, so it does not
+cancel when |mean| >> std, and delta removes the saved mean's float32 rounding.
 """
 
 from .common_cuda import COMMON_CUDA_HEADER
@@ -140,64 +143,90 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
   }
 }
 
-// Segment path: `seg` lanes (a power of two <= 32) per row, grid-stride over rows. Each warp works on
-// 32 / seg consecutive rows per step, all its lanes taking part in every shuffle.
-// partial: (rows, 1, kSums).
+// Short path. Work units are chunks of slices: unit u = slice * splits + split covers elements
+// [split * chunk, +chunk) of the slice. A group of `lanes` threads (a power of two, 1..256) takes one
+// unit; groups of up to 32 lanes sit inside one warp and reduce by shuffles, wider groups finish
+// through shared memory. The loop is CTA-uniform, so every thread reaches every barrier.
+// w: (C,) or null; partial: (slices, splits, kSums) = (sum w dy (x - m), sum w dy, sum (x - m)).
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) segment_channel_sums(
-    const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
-    typename Acc<T>::type* __restrict__ partial, I rows, I cpg, I HW, int seg) {
+__global__ void __launch_bounds__(kThreads) short_slice_sums(
+    const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ w,
+    const typename Acc<T>::type* __restrict__ mean, typename Acc<T>::type* __restrict__ partial, I units,
+    I splits, I chunk, I D, I HW, I G, int lanes) {
   using A = typename Acc<T>::type;
-  const int lane = threadIdx.x & 31;
-  const int seg_lane = lane & (seg - 1);
-  const I rows_per_warp = 32 / seg;
-  const I warp = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) >> 5;
-  const I warps = (static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x)) >> 5;
-  for (I first = warp * rows_per_warp; first < rows; first += warps * rows_per_warp) {
-    const I row = first + lane / seg;
-    A ds = 0, db = 0, dm = 0;
-    if (row < rows) {
-      const A mu = mean[row / cpg];
-      const T* xr = x + row * HW;
-      const T* dyr = dy + row * HW;
-      for (I i = seg_lane; i < HW; i += seg) {
-        const A g = static_cast<A>(dyr[i]);
-        const A d = static_cast<A>(xr[i]) - mu;
-        ds += g * d;
-        db += g;
-        dm += d;
+  __shared__ double scratch[kThreads / 32][kSums];
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const I groups = kThreads / lanes;
+  const I group = static_cast<I>(threadIdx.x) / lanes;
+  const int seg = lanes < 32 ? lanes : 32;
+  const I cpg = D / HW;
+  for (I first = static_cast<I>(blockIdx.x) * groups; first < units; first += static_cast<I>(gridDim.x) * groups) {
+    const I unit = first + group;
+    double s = 0, b = 0, m = 0;
+    if (unit < units) {
+      const I slice = unit / splits;
+      const I begin = (unit - slice * splits) * chunk;
+      const I end = begin + chunk < D ? begin + chunk : D;
+      const T* xs = x + static_cast<int64_t>(slice) * D;
+      const T* dys = dy + static_cast<int64_t>(slice) * D;
+      const A mu = mean[slice];
+      const A* wg = w ? w + (slice % G) * cpg : nullptr;
+      for (I e = begin + lane; e < end; e += lanes) {
+        const A g = static_cast<A>(dys[e]) * (wg ? wg[e / HW] : A(1));
+        const A d = static_cast<A>(xs[e]) - mu;
+        s += static_cast<double>(g * d);
+        b += static_cast<double>(g);
+        m += static_cast<double>(d);
       }
     }
-    for (int offset = seg >> 1; offset > 0; offset >>= 1) {  // stays inside the segment
-      ds += __shfl_xor_sync(0xffffffffu, ds, offset);
-      db += __shfl_xor_sync(0xffffffffu, db, offset);
-      dm += __shfl_xor_sync(0xffffffffu, dm, offset);
+    for (int offset = seg >> 1; offset > 0; offset >>= 1) {  // stays inside the group's part of the warp
+      s += __shfl_xor_sync(0xffffffffu, s, offset);
+      b += __shfl_xor_sync(0xffffffffu, b, offset);
+      m += __shfl_xor_sync(0xffffffffu, m, offset);
     }
-    if (row < rows && seg_lane == 0) {
-      A* p = partial + static_cast<int64_t>(row) * kSums;  // rows * kSums may pass 2^31 with I = int32
-      p[0] = ds;
-      p[1] = db;
-      p[2] = dm;
+    if (lanes > 32) {  // the group spans lanes / 32 warps
+      const int warp = static_cast<int>(threadIdx.x) >> 5;
+      if ((threadIdx.x & 31) == 0) {
+        scratch[warp][0] = s;
+        scratch[warp][1] = b;
+        scratch[warp][2] = m;
+      }
+      __syncthreads();
+      if (lane == 0 && unit < units) {
+        for (int k = 1; k < lanes / 32; ++k) {
+          s += scratch[warp + k][0];
+          b += scratch[warp + k][1];
+          m += scratch[warp + k][2];
+        }
+      }
+      __syncthreads();
+    }
+    if (lane == 0 && unit < units) {
+      A* p = partial + static_cast<int64_t>(unit) * kSums;
+      p[0] = static_cast<A>(s);
+      p[1] = static_cast<A>(b);
+      p[2] = static_cast<A>(m);
     }
   }
 }
 
 // --------------------------------------------------------------------------------- 2. coefficients
 
-// One warp per (n, g) slice; the slice's rows are consecutive, so its partials are the contiguous
-// cpg * splits triples from slice * cpg * splits. w: (C,) or null; coef: (N * G, kCoefs) holding
+// One warp per (n, g) slice; its partials are the contiguous `parts` triples from slice * parts:
+// row path, parts = cpg * splits per-(row, chunk) sums, weighted here by w[channel = k / splits];
+// short path, parts = splits already weighted sums (w = null here). coef: (N * G, kCoefs) holding
 // (coef_x, coef_1, delta).
 template <typename A>
 __global__ void __launch_bounds__(kThreads) group_coefficients(
     const A* __restrict__ partial, const A* __restrict__ w, const A* __restrict__ rstd, A* __restrict__ coef,
-    int64_t slices, int64_t G, int64_t cpg, int64_t splits, double D) {
+    int64_t slices, int64_t G, int64_t cpg, int64_t parts, int64_t splits, double D) {
   const int64_t slice = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (slice >= slices) return;  // the whole warp leaves together
-  const A* p = partial + slice * cpg * splits * kSums;
+  const A* p = partial + slice * parts * kSums;
   const A* wg = w ? w + (slice % G) * cpg : nullptr;
   double S0 = 0, B = 0, M = 0;  // S0 = sum_c w ds (about the saved mean)
-  for (int64_t k = lane; k < cpg * splits; k += 32) {
+  for (int64_t k = lane; k < parts; k += 32) {
     const double wc = wg ? static_cast<double>(wg[k / splits]) : 1.0;
     S0 += wc * static_cast<double>(p[kSums * k]);
     B += wc * static_cast<double>(p[kSums * k + 1]);
@@ -219,10 +248,10 @@ __global__ void __launch_bounds__(kThreads) group_coefficients(
 
 // ------------------------------------------------------------------------------ 3. parameter grads
 
-// CTA of 32 x 8 threads: x picks one of 32 channels, y strides over the samples; the 8 partial
-// sums per channel meet in shared memory. coef: (N * G, kCoefs); dw, db: (C,) or null (not asked for).
+// Row path. CTA of 32 x 8 threads: x picks one of 32 channels, y strides over the samples; the 8
+// partial sums per channel meet in shared memory. coef: (N * G, kCoefs); dw, db: (C,) or null.
 template <typename A>
-__global__ void __launch_bounds__(kThreads) parameter_grads(
+__global__ void __launch_bounds__(kThreads) row_parameter_grads(
     const A* __restrict__ partial, const A* __restrict__ rstd, const A* __restrict__ coef, A* __restrict__ dw,
     A* __restrict__ db, int64_t N, int64_t C, int64_t G, int64_t cpg, int64_t splits) {
   __shared__ double sums[2][8][33];
@@ -254,6 +283,23 @@ __global__ void __launch_bounds__(kThreads) parameter_grads(
     if (dw) dw[c] = static_cast<A>(sw);
     if (db) db[c] = static_cast<A>(sb);
   }
+}
+
+// Short path: channel c's terms were left by short_grad_input in segments c, c + C, ..., c + (k-1) C.
+// param_partial: (k * C, 2) doubles; dw, db: (C,) or null.
+template <typename A>
+__global__ void __launch_bounds__(kThreads) short_parameter_grads(const double* __restrict__ param_partial,
+                                                                  A* __restrict__ dw, A* __restrict__ db,
+                                                                  int64_t C, int64_t k) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double sw = 0, sb = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    sw += param_partial[2 * (j * C + c)];
+    sb += param_partial[2 * (j * C + c) + 1];
+  }
+  if (dw) dw[c] = static_cast<A>(sw);
+  if (db) db[c] = static_cast<A>(sb);
 }
 
 // ---------------------------------------------------------------------------------- 4. grad input
@@ -324,24 +370,47 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
   }
 }
 
-// Segment path: `seg` lanes per row, grid-stride over rows (no shuffles, so no warp-uniform loop).
+// Short path: `seg` lanes (a power of two <= 32) per row; segment q < segments takes rows q,
+// q + segments, ..., and segments = C * k, so all its rows are of channel c = q % C. dx may be null
+// (only parameter grads asked for); param_partial: (segments, 2) doubles = (sum rstd * dy (x - m - delta),
+// sum dy) of the segment's rows, or null.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) segment_grad_input(
+__global__ void __launch_bounds__(kThreads) short_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
     const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    I rows, I C, I cpg, I HW, int seg) {
+    double* __restrict__ param_partial, I rows, I C, I cpg, I HW, I segments, int seg) {
   using A = typename Acc<T>::type;
   const I thread = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-  const I segments = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) / seg;
+  const I q = thread / seg;
   const I seg_lane = thread & (seg - 1);
-  for (I row = thread / seg; row < rows; row += segments) {
-    const RowCoefficients<A> k = row_coefficients<A>(row, C, cpg, w, mean, rstd, coef);
-    const I offset = row * HW;
+  const A wc = (w && q < segments) ? w[q % C] : A(1);
+  double pw = 0, pb = 0;
+  for (I row = q < segments ? q : rows; row < rows; row += segments) {
+    const I slice = row / cpg;
+    const A sigma = rstd[slice], mu = mean[slice];
+    const A a = sigma * wc, coef_x = coef[kCoefs * slice], coef_1 = coef[kCoefs * slice + 1];
+    const A delta = coef[kCoefs * slice + 2];
+    const int64_t offset = static_cast<int64_t>(row) * HW;
+    A lw = 0, lb = 0;
     for (I i = seg_lane; i < HW; i += seg) {
-      dx[offset + i] = static_cast<T>(k.a * static_cast<A>(dy[offset + i]) +
-                                      k.coef_x * (static_cast<A>(x[offset + i]) - k.mean) + k.coef_1);
+      const A g = static_cast<A>(dy[offset + i]);
+      const A d = static_cast<A>(x[offset + i]) - mu;
+      if (dx) dx[offset + i] = static_cast<T>(a * g + coef_x * d + coef_1);
+      lw += g * (d - delta);
+      lb += g;
     }
+    pw += static_cast<double>(sigma) * static_cast<double>(lw);
+    pb += static_cast<double>(lb);
+  }
+  if (param_partial == nullptr) return;  // uniform over the grid
+  for (int offset = seg >> 1; offset > 0; offset >>= 1) {  // every lane is here: the loops have ended
+    pw += __shfl_xor_sync(0xffffffffu, pw, offset);
+    pb += __shfl_xor_sync(0xffffffffu, pb, offset);
+  }
+  if (seg_lane == 0 && q < segments) {
+    param_partial[2 * static_cast<int64_t>(q)] = pw;
+    param_partial[2 * static_cast<int64_t>(q) + 1] = pb;
   }
 }
 
@@ -358,44 +427,67 @@ inline int sm_count(int device) {
   return sms;
 }
 
-// How steps 1 and 4 cover the (rows, HW) problem.
-struct LaunchPlan {
-  bool row_path;
-  int vec;          // row path: elements per access (1 when rows are not 16-byte aligned)
-  int64_t splits;   // row path: CTAs per row
-  int64_t chunk;    // row path: elements per CTA, a multiple of 32 * vec
-  int seg;          // segment path: lanes per row
-  int64_t blocks;   // segment path: grid size
+// Row path: how steps 1 and 4 split the rows.
+struct RowPlan {
+  int vec;          // elements per access (1 when rows are not 16-byte aligned or HW % 16 bytes != 0)
+  int64_t splits;   // CTAs per row
+  int64_t chunk;    // elements per CTA, a multiple of 32 * vec
 };
 
-inline LaunchPlan make_plan(int64_t rows, int64_t HW, int vec16, bool aligned, int sms) {
-  LaunchPlan p{};
+inline RowPlan make_row_plan(int64_t rows, int64_t HW, int vec16, bool aligned, int sms) {
+  RowPlan p{};
   const int64_t target_ctas = static_cast<int64_t>(sms) * 32;  // ~4 waves of 8 resident 256-thread CTAs
-  if (HW >= kRowPathMinHW) {
-    p.row_path = true;
-    p.vec = (aligned && HW % vec16 == 0) ? vec16 : 1;
-    // Chunks of ~16K elements keep the grid many waves deep (a short tail), each CTA still streaming
-    // 64 KB or more per tensor; with few rows, rows are split further, down to 2K elements per CTA.
-    int64_t splits = ceil_div(HW, 16384);
-    if (rows * splits < target_ctas) splits = std::max(splits, std::min(ceil_div(target_ctas, rows), HW / 2048));
-    splits = std::max<int64_t>(1, splits);
-    const int64_t quantum = 32 * p.vec;
-    p.chunk = ceil_div(ceil_div(HW, splits), quantum) * quantum;
-    p.splits = ceil_div(HW, p.chunk);
-  } else {
-    p.row_path = false;
-    int seg = 1;
-    while (seg < 32 && seg * 4 < HW) seg <<= 1;  // about 4 elements per lane, at most 32 lanes
-    p.seg = seg;
-    p.splits = 1;
-    p.blocks = std::max<int64_t>(1, std::min(ceil_div(rows * seg, kThreads), target_ctas));
-  }
+  p.vec = (aligned && HW % vec16 == 0) ? vec16 : 1;
+  // Chunks of ~16K elements keep the grid many waves deep (a short tail), each CTA still streaming
+  // 64 KB or more per tensor; with few rows, rows are split further, down to 2K elements per CTA.
+  int64_t splits = ceil_div(HW, 16384);
+  if (rows * splits < target_ctas) splits = std::max(splits, std::min(ceil_div(target_ctas, rows), HW / 2048));
+  splits = std::max<int64_t>(1, splits);
+  const int64_t quantum = 32 * p.vec;
+  p.chunk = ceil_div(ceil_div(HW, splits), quantum) * quantum;
+  p.splits = ceil_div(HW, p.chunk);
+  return p;
+}
+
+// Short path: how step 1 covers the slices and step 4 the rows.
+struct ShortPlan {
+  int64_t splits, chunk;   // step 1: units of `chunk` elements, `splits` per slice
+  int lanes;               // step 1: lanes per unit (power of two, 1..256)
+  int64_t sum_blocks;      // step 1: grid (grid-stride over units)
+  int seg;                 // step 4: lanes per row (power of two, 1..32)
+  int64_t k;               // step 4: segments per channel
+  int64_t grad_blocks;     // step 4: grid
+};
+
+inline int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < cap && p < v) p <<= 1;
+  return p;
+}
+
+inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t C, int64_t HW, int sms) {
+  ShortPlan p{};
+  const int64_t resident_threads = static_cast<int64_t>(sms) * 2048;
+  // Step 1: units of up to 8K elements; slices split further while there are fewer than ~8 units per
+  // SM, down to 1K elements; ~8 elements per lane.
+  int64_t splits = ceil_div(D, 8192);
+  if (slices * splits < 8 * sms) splits = std::max(splits, std::min(ceil_div(8 * sms, slices), ceil_div(D, 1024)));
+  p.chunk = ceil_div(D, splits);
+  p.splits = ceil_div(D, p.chunk);
+  p.lanes = pow2_at_least(ceil_div(p.chunk, 8), kThreads);
+  const int64_t units_per_cta = kThreads / p.lanes;
+  p.sum_blocks = std::max<int64_t>(1, std::min(ceil_div(slices * p.splits, units_per_cta),
+                                               static_cast<int64_t>(sms) * 32));
+  // Step 4: ~4 elements per lane; about one resident wave of threads, in whole sets of C segments.
+  p.seg = pow2_at_least(ceil_div(HW, 4), 32);
+  p.k = std::max<int64_t>(1, resident_threads / p.seg / C);
+  p.grad_blocks = ceil_div(C * p.k * p.seg, kThreads);
   return p;
 }
 
 template <typename T, int VEC>
 void launch_row_sums(const T* x, const T* dy, const typename Acc<T>::type* mean, typename Acc<T>::type* partial,
-                     int64_t rows, int64_t cpg, int64_t HW, const LaunchPlan& p, cudaStream_t stream) {
+                     int64_t rows, int64_t cpg, int64_t HW, const RowPlan& p, cudaStream_t stream) {
   row_channel_sums<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
       x, dy, mean, partial, cpg, HW, p.chunk, p.splits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -405,80 +497,123 @@ template <typename T, int VEC>
 void launch_row_grad_input(const T* x, const T* dy, T* dx, const typename Acc<T>::type* w,
                            const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd,
                            const typename Acc<T>::type* coef, int64_t rows, int64_t C, int64_t cpg, int64_t HW,
-                           const LaunchPlan& p, cudaStream_t stream) {
+                           const RowPlan& p, cudaStream_t stream) {
   row_grad_input<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
       x, dy, dx, w, mean, rstd, coef, C, cpg, HW, p.chunk, p.splits);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// Steps 1 to 4 for one dtype. x, dy: contiguous (N, C, HW); w: (C,) in the compute type or undefined;
-// mean, rstd: contiguous (N, G); dx, dw, db: outputs or undefined when not asked for.
+// Pointers and sizes of one backward call. x, dy: contiguous (N, C, HW); w: (C,) in the compute type or
+// null; mean, rstd: (N, G); dx, dw, db: outputs or null when not asked for.
+template <typename T>
+struct Problem {
+  using A = typename Acc<T>::type;
+  const T* x;
+  const T* dy;
+  T* dx;
+  const A* w;
+  const A* mean;
+  const A* rstd;
+  A* dw;
+  A* db;
+  int64_t N, C, G, cpg, HW;
+};
+
+template <typename T>
+void launch_coefficients(const Problem<T>& pr, const typename Acc<T>::type* partial, bool weighted,
+                         int64_t parts, int64_t splits, typename Acc<T>::type* coef, cudaStream_t stream) {
+  const int64_t slices = pr.N * pr.G;
+  group_coefficients<typename Acc<T>::type>
+      <<<static_cast<unsigned>(ceil_div(slices * 32, kThreads)), kThreads, 0, stream>>>(
+          partial, weighted ? pr.w : nullptr, pr.rstd, coef, slices, pr.G, pr.cpg, parts, splits,
+          static_cast<double>(pr.cpg) * static_cast<double>(pr.HW));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorOptions& acc_opts,
+                  cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  constexpr int V = gn_inline::vec16<T>();
+  const int64_t rows = pr.N * pr.C;
+  const RowPlan p = make_row_plan(rows, pr.HW, V, aligned, sms);
+  at::Tensor partial = at::empty({rows * p.splits * kSums}, acc_opts);   // (rows, splits, kSums)
+  at::Tensor coef = at::empty({pr.N * pr.G * kCoefs}, acc_opts);        // (N * G, kCoefs)
+  A* pp = partial.data_ptr<A>();
+  A* cp = coef.data_ptr<A>();
+  if (p.vec == V) launch_row_sums<T, V>(pr.x, pr.dy, pr.mean, pp, rows, pr.cpg, pr.HW, p, stream);
+  else launch_row_sums<T, 1>(pr.x, pr.dy, pr.mean, pp, rows, pr.cpg, pr.HW, p, stream);
+  launch_coefficients<T>(pr, pp, /*weighted=*/true, pr.cpg * p.splits, p.splits, cp, stream);
+  if (pr.dw || pr.db) {
+    row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
+        pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  if (pr.dx == nullptr) return;
+  if (p.vec == V)
+    launch_row_grad_input<T, V>(pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, rows, pr.C, pr.cpg, pr.HW, p, stream);
+  else
+    launch_row_grad_input<T, 1>(pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, rows, pr.C, pr.cpg, pr.HW, p, stream);
+}
+
+template <typename T, typename I>
+void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  const int64_t slices = pr.N * pr.G, D = pr.cpg * pr.HW, rows = pr.N * pr.C;
+  const ShortPlan p = make_short_plan(slices, D, pr.C, pr.HW, sms);
+  at::Tensor partial = at::empty({slices * p.splits * kSums}, acc_opts);  // (N * G, splits, kSums)
+  at::Tensor coef = at::empty({slices * kCoefs}, acc_opts);              // (N * G, kCoefs)
+  A* pp = partial.data_ptr<A>();
+  A* cp = coef.data_ptr<A>();
+  short_slice_sums<T, I><<<static_cast<unsigned>(p.sum_blocks), kThreads, 0, stream>>>(
+      pr.x, pr.dy, pr.w, pr.mean, pp, static_cast<I>(slices * p.splits), static_cast<I>(p.splits),
+      static_cast<I>(p.chunk), static_cast<I>(D), static_cast<I>(pr.HW), static_cast<I>(pr.G), p.lanes);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_coefficients<T>(pr, pp, /*weighted=*/false, p.splits, p.splits, cp, stream);
+  const bool params = pr.dw || pr.db;
+  at::Tensor param_partial;
+  if (params) param_partial = at::empty({pr.C * p.k * 2}, acc_opts.dtype(at::kDouble));  // (k * C, 2)
+  short_grad_input<T, I><<<static_cast<unsigned>(p.grad_blocks), kThreads, 0, stream>>>(
+      pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, params ? param_partial.data_ptr<double>() : nullptr,
+      static_cast<I>(rows), static_cast<I>(pr.C), static_cast<I>(pr.cpg), static_cast<I>(pr.HW),
+      static_cast<I>(pr.C * p.k), p.seg);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (params) {
+    short_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, kThreads)), kThreads, 0, stream>>>(
+        param_partial.data_ptr<double>(), pr.dw, pr.db, pr.C, p.k);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
 template <typename T>
 void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& mean,
                   const at::Tensor& rstd, int64_t G, at::Tensor& dx, at::Tensor& dw, at::Tensor& db,
                   cudaStream_t stream) {
   using A = typename Acc<T>::type;
-  constexpr int V = gn_inline::vec16<T>();
-  const int64_t N = x.size(0), C = x.size(1), cpg = C / G;
-  const int64_t rows = N * C, HW = x.numel() / rows, slices = N * G;
-  const T* xp = x.data_ptr<T>();
-  const T* dyp = dy.data_ptr<T>();
-  T* dxp = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool aligned = is16(xp) && is16(dyp) && (dxp == nullptr || is16(dxp));
+  Problem<T> pr{};
+  pr.x = x.data_ptr<T>();
+  pr.dy = dy.data_ptr<T>();
+  pr.dx = dx.defined() ? dx.data_ptr<T>() : nullptr;
+  pr.w = w.defined() ? w.data_ptr<A>() : nullptr;
+  pr.mean = mean.data_ptr<A>();
+  pr.rstd = rstd.data_ptr<A>();
+  pr.dw = dw.defined() ? dw.data_ptr<A>() : nullptr;
+  pr.db = db.defined() ? db.data_ptr<A>() : nullptr;
+  pr.N = x.size(0);
+  pr.C = x.size(1);
+  pr.G = G;
+  pr.cpg = pr.C / G;
+  pr.HW = x.numel() / (pr.N * pr.C);
   const int sms = sm_count(x.get_device());
-  const LaunchPlan p = make_plan(rows, HW, V, aligned, sms);
-  const A* mp = mean.data_ptr<A>();
-  const A* rp = rstd.data_ptr<A>();
-  const A* wp = w.defined() ? w.data_ptr<A>() : nullptr;
-  at::Tensor partial = at::empty({rows * p.splits * kSums}, x.options().dtype(c10::CppTypeToScalarType<A>::value));
-  A* pp = partial.data_ptr<A>();
-  // Short-row path indices in int32 (cheaper divisions per row) when every element index fits with room.
-  const bool small_tensor = x.numel() < (int64_t(1) << 30);
-
-  // 1. channel sums
-  if (p.row_path) {
-    if (p.vec == V) launch_row_sums<T, V>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-    else launch_row_sums<T, 1>(xp, dyp, mp, pp, rows, cpg, HW, p, stream);
-  } else if (small_tensor) {
-    segment_channel_sums<T, int32_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
-        xp, dyp, mp, pp, static_cast<int32_t>(rows), static_cast<int32_t>(cpg), static_cast<int32_t>(HW), p.seg);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const at::TensorOptions acc_opts = x.options().dtype(c10::CppTypeToScalarType<A>::value);
+  if (pr.HW >= kRowPathMinHW) {
+    const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
+    run_row_path<T>(pr, aligned, sms, acc_opts, stream);
+  } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
+    run_short_path<T, int32_t>(pr, sms, acc_opts, stream);
   } else {
-    segment_channel_sums<T, int64_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
-        xp, dyp, mp, pp, rows, cpg, HW, p.seg);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-
-  // 2. coefficients (delta is needed by step 3 too)
-  at::Tensor coef = at::empty({slices * kCoefs}, partial.options());
-  A* cp = coef.data_ptr<A>();
-  group_coefficients<A><<<static_cast<unsigned>(ceil_div(slices * 32, kThreads)), kThreads, 0, stream>>>(
-      pp, wp, rp, cp, slices, G, cpg, p.splits, static_cast<double>(cpg) * static_cast<double>(HW));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-
-  // 3. parameter grads
-  if (dw.defined() || db.defined()) {
-    parameter_grads<A><<<static_cast<unsigned>(ceil_div(C, 32)), kThreads, 0, stream>>>(
-        pp, rp, cp, dw.defined() ? dw.data_ptr<A>() : nullptr, db.defined() ? db.data_ptr<A>() : nullptr, N, C,
-        G, cpg, p.splits);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  if (dxp == nullptr) return;
-
-  // 4. grad input
-  if (p.row_path) {
-    if (p.vec == V) launch_row_grad_input<T, V>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-    else launch_row_grad_input<T, 1>(xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p, stream);
-  } else if (small_tensor) {
-    segment_grad_input<T, int32_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
-        xp, dyp, dxp, wp, mp, rp, cp, static_cast<int32_t>(rows), static_cast<int32_t>(C), static_cast<int32_t>(cpg),
-        static_cast<int32_t>(HW), p.seg);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  } else {
-    segment_grad_input<T, int64_t><<<static_cast<unsigned>(p.blocks), kThreads, 0, stream>>>(
-        xp, dyp, dxp, wp, mp, rp, cp, rows, C, cpg, HW, p.seg);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    run_short_path<T, int64_t>(pr, sms, acc_opts, stream);
   }
 }
 
