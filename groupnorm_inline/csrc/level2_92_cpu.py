@@ -5,7 +5,12 @@ the CPU kernels.
 One operator, registered under P92_NAMESPACE (a token: `with_namespace` puts the real name in):
 
   fused_forward(x (N, Cin, H, W) f32, weight (Cout, Cin, 3, 3), bias (Cout,), gn_weight (Cout,),
-                gn_bias (Cout,), groups, eps, store_conv) -> (N, 1, H - 2, W - 2)
+                gn_bias (Cout,), groups, eps, store_conv, conv_kernel=0) -> (N, 1, H - 2, W - 2)
+
+conv_kernel 0 is the direct float32 convolution below; 1 (CUDA, sm_80+, Cout <= 64, Cin <= 16) the split-TF32
+tensor-core convolution of `level2_92_tensor_core`, which keeps the tiles, the statistics and the epilogue
+described here but sums each convolution value in another order (its values agree with the direct ones
+to about 1e-6 relative, not bitwise). The CPU kernels accept either and compute the direct decomposition.
 
 The decomposition (the CUDA kernels run it with one thread per "slot"; the CPU kernels loop over the
 same slots in the same arithmetic order, so their convolution values are bitwise the same):
@@ -38,7 +43,7 @@ tolerance of 1e-4 + 1e-4 * |out|, |out| ~ 5).
 P92_NAMESPACE = "groupnorm_inline_p92"
 
 FUSED_SCHEMA = ("fused_forward(Tensor x, Tensor weight, Tensor bias, Tensor gn_weight, Tensor gn_bias, int groups, "
-                "float eps, bool store_conv) -> Tensor")
+                "float eps, bool store_conv, int conv_kernel=0) -> Tensor")
 
 # Shared by both translation units: the geometry of the decomposition and the element math.
 P92_COMMON_TEMPLATE = r"""
@@ -69,6 +74,9 @@ constexpr int kInRows = kTileRows + kKernel - 1;  // input rows a tile reads
 constexpr int kInCols = kTileCols + kKernel - 1;  // input columns a tile reads
 constexpr int kInPitch = 132;                     // >= kInCols, a multiple of 4 (16-byte rows)
 constexpr int kMaxSlices = 16;                    // CUDA: Cout <= 128
+// conv_kernel argument: the direct float32 kernel, or (CUDA, sm_80+) the split-TF32 tensor-core kernel.
+constexpr int64_t kConvKernelDirect = 0;
+constexpr int64_t kConvKernelTf32x3 = 1;
 
 struct Geometry {
   int64_t N, Cin, H, W, Cout, OH, OW;
@@ -164,6 +172,11 @@ P92_HD void lse_push(float& m, float& s, float r) {
   const bool larger = d > 0.0f;
   s = larger ? fmaf(s, e, 1.0f) : s + e;
   m = larger ? r : m;
+}
+
+inline void check_conv_kernel(int64_t conv_kernel) {
+  TORCH_CHECK(conv_kernel == kConvKernelDirect || conv_kernel == kConvKernelTf32x3,
+              "p92 fused_forward: conv_kernel must be 0 (direct float32) or 1 (tf32x3), got ", conv_kernel);
 }
 
 // Host-side argument checks shared by the CPU and CUDA operators.
@@ -266,8 +279,9 @@ void conv_tile_cpu(const Geometry& g, const float* x, const std::vector<float>& 
 
 at::Tensor fused_forward_cpu(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& bias,
                              const at::Tensor& gn_weight, const at::Tensor& gn_bias, int64_t groups, double eps,
-                             bool store_conv) {
+                             bool store_conv, int64_t conv_kernel) {
   check_forward_args(x_in, weight, bias, gn_weight, gn_bias, groups);
+  check_conv_kernel(conv_kernel);  // the CPU runs the direct float32 decomposition for either kernel
   TORCH_CHECK(x_in.device().is_cpu(), "p92 fused_forward_cpu: expected CPU tensors");
   const at::Tensor x = x_in.contiguous();
   const Geometry g = make_geometry(x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0));

@@ -5,7 +5,12 @@ Launches per call: pack the weights (one small grid), the convolution with per-t
 per (sample, 2 x 128 tile), 32 * S threads: thread = (pixel group, channel slice), lanes of one pixel
 group adjacent), the per-group finalisation (one warp per (sample, group)), then the epilogue: either
 the convolution kernel again in its epilogue mode (recompute) or a streaming kernel over the stored
-convolution (store_conv).
+convolution (store_conv). With conv_kernel 1 (and sm_80+, Cout <= 64, Cin <= 16) the two convolution
+launches are the split-TF32 tensor-core kernel of `level2_92_tensor_core` instead (a persistent grid of
+256-thread CTAs over the same tiles, writing the same per-tile statistics).
+
+The template is the shared header, the direct kernels (P92_DIRECT_KERNELS), the tensor-core kernels
+(P92_TF32X3_KERNELS) and the host launcher (P92_HOST), in that order.
 
 The inner loop per (input channel, kernel row): three shared-memory loads give the 10 input values of
 the slot's 8 pixels, then per kernel column two broadcast 16-byte loads give the slice's 8 weights and
@@ -17,8 +22,9 @@ in distinct banks.
 """
 
 from .level2_92_cpu import P92_COMMON_TEMPLATE
+from .level2_92_tensor_core import P92_TF32X3_KERNELS
 
-P92_CUDA_TEMPLATE = P92_COMMON_TEMPLATE + r"""
+P92_DIRECT_KERNELS = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -329,10 +335,49 @@ void launch_conv(const ConvArgs& a, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+}  // namespace p92
+"""
+
+P92_HOST = r"""
+namespace p92 {
+
+template <int MODE>
+void launch_tf32x3(const ConvArgs& a, int device, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(tf32x3_smem_floats(a.g)) * sizeof(float);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(conv_tf32x3_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)));
+  int per_sm = 0, sms = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, conv_tf32x3_kernel<MODE>, kTcThreads, smem));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Persistent grid: as many CTAs as fit at once (each loads the weights once), striding over the items.
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * sms;
+  const int64_t blocks = std::min<int64_t>(a.g.N * a.g.tiles, resident);
+  conv_tf32x3_kernel<MODE><<<static_cast<unsigned>(blocks), kTcThreads, smem, stream>>>(a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The packed weights (and bias) for the tf32x3 kernel or for the direct kernel.
+at::Tensor pack_for(bool tensor_cores, const Geometry& g, const at::Tensor& wc, const at::Tensor& bc,
+                    cudaStream_t stream) {
+  const int64_t packed = tensor_cores ? static_cast<int64_t>(g.cin_pad / kCiChunk) * kTcFragFloats + kTcChannels
+                                      : static_cast<int64_t>(g.cin_pad) * kTaps * g.cout_pad + g.cout_pad;
+  at::Tensor wpack = at::empty({packed}, wc.options());
+  const int pack_blocks = static_cast<int>(std::min<int64_t>((packed + 255) / 256, 1024));
+  if (tensor_cores)
+    pack_tf32x3_kernel<<<pack_blocks, 256, 0, stream>>>(wc.data_ptr<float>(), bc.data_ptr<float>(),
+                                                        wpack.data_ptr<float>(), g);
+  else
+    pack_weights_kernel<<<pack_blocks, 256, 0, stream>>>(wc.data_ptr<float>(), bc.data_ptr<float>(),
+                                                         wpack.data_ptr<float>(), g);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return wpack;
+}
+
 at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, const at::Tensor& bias,
                               const at::Tensor& gn_weight, const at::Tensor& gn_bias, int64_t groups, double eps,
-                              bool store_conv) {
+                              bool store_conv, int64_t conv_kernel) {
   check_forward_args(x_in, weight, bias, gn_weight, gn_bias, groups);
+  check_conv_kernel(conv_kernel);
   TORCH_CHECK(x_in.is_cuda(), "p92 fused_forward_cuda: expected CUDA tensors");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
@@ -341,17 +386,17 @@ at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, 
               " output channels, got ", g.Cout);
   at::Tensor out = at::empty({g.N, 1, g.OH, g.OW}, x.options());
   if (g.N == 0) return out;
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  const int device = x.get_device();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   const at::Tensor wc = weight.contiguous(), bc = bias.contiguous();
   const at::Tensor gwc = gn_weight.contiguous(), gbc = gn_bias.contiguous();
+  int cc_major = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  // tf32x3 where it applies (sm_80+, Cout <= 64, Cin <= 16); the direct float32 kernel otherwise.
+  const bool tensor_cores = conv_kernel == kConvKernelTf32x3 && tf32x3_supported(g, cc_major);
+  TORCH_CHECK(g.N * g.tiles <= INT_MAX, "p92 fused_forward: input too large (", g.N * g.tiles, " tiles)");
 
-  const int64_t packed = static_cast<int64_t>(g.cin_pad) * kTaps * g.cout_pad + g.cout_pad;
-  at::Tensor wpack = at::empty({packed}, x.options());
-  const int pack_blocks = static_cast<int>(std::min<int64_t>((packed + 255) / 256, 1024));
-  pack_weights_kernel<<<pack_blocks, 256, 0, stream>>>(wc.data_ptr<float>(), bc.data_ptr<float>(),
-                                                       wpack.data_ptr<float>(), g);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-
+  const at::Tensor wpack = pack_for(tensor_cores, g, wc, bc, stream);
   at::Tensor partial = at::empty({g.N * g.tiles * g.Cout * 2}, x.options());
   at::Tensor coef = at::empty({2, g.N * g.Cout}, x.options());
   at::Tensor conv = store_conv ? at::empty({g.N, g.Cout, g.OH, g.OW}, x.options()) : at::Tensor();
@@ -359,8 +404,13 @@ at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, 
              store_conv ? conv.data_ptr<float>() : nullptr, coef.data_ptr<float>(),
              coef.data_ptr<float>() + g.N * g.Cout, out.data_ptr<float>(), g};
 
-  if (store_conv) launch_conv<kModeStatsStore>(a, stream);
-  else launch_conv<kModeStats>(a, stream);
+  if (tensor_cores) {
+    if (store_conv) launch_tf32x3<kModeStatsStore>(a, device, stream);
+    else launch_tf32x3<kModeStats>(a, device, stream);
+  } else {
+    if (store_conv) launch_conv<kModeStatsStore>(a, stream);
+    else launch_conv<kModeStats>(a, stream);
+  }
 
   const int64_t finalize_threads = g.N * groups * 32;
   TORCH_CHECK((finalize_threads + 255) / 256 <= INT_MAX, "p92 fused_forward: too many groups");
@@ -382,6 +432,8 @@ at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, 
       epilogue_stored_kernel<1><<<blocks, 256, 0, stream>>>(conv.data_ptr<float>(), a.scale, a.shift, a.out, g.Cout, P,
                                                             per_sample);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+  } else if (tensor_cores) {
+    launch_tf32x3<kModeEpilogue>(a, device, stream);
   } else {
     launch_conv<kModeEpilogue>(a, stream);
   }
@@ -394,3 +446,5 @@ TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("fused_forward", &p92::fused_forward_cuda);
 }
 """
+
+P92_CUDA_TEMPLATE = P92_COMMON_TEMPLATE + P92_DIRECT_KERNELS + P92_TF32X3_KERNELS + P92_HOST
