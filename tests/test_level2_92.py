@@ -71,6 +71,10 @@ RECOMPUTE_CANDIDATE_SOURCE = (
     "import functools\n"
     "from groupnorm_inline.problems import level2_92_conv_group_norm_logsumexp as _p92\n"
     "ModelNew = functools.partial(_p92.ModelNew, conv_output='recompute')\n")
+TENSOR_CORE_CANDIDATE_SOURCE = (
+    "import functools\n"
+    "from groupnorm_inline.problems import level2_92_conv_group_norm_logsumexp as _p92\n"
+    "ModelNew = functools.partial(_p92.ModelNew, conv_kernel='3xtf32', conv_output='recompute')\n")
 
 # The real input (128, 8, 128, 128) makes a 9.4 GMAC convolution: too much for CPU CI. CPU harness replays
 # patch the exec'd reference namespace to a smaller batch and image (channels and groups as in the problem).
@@ -91,11 +95,12 @@ SHAPES = [
 ]
 
 
-def models(cin, cout, groups, conv_output=kernels.DEFAULT_CONV_OUTPUT, seed=HARNESS_SEED, kernel_size=3):
+def models(cin, cout, groups, conv_output=kernels.DEFAULT_CONV_OUTPUT, seed=HARNESS_SEED, kernel_size=3,
+           conv_kernel=kernels.DEFAULT_CONV_KERNEL):
     set_seed(seed)
     ref = problem.Model(cin, cout, kernel_size, groups)
     set_seed(seed)
-    new = problem.ModelNew(cin, cout, kernel_size, groups, conv_output=conv_output)
+    new = problem.ModelNew(cin, cout, kernel_size, groups, conv_kernel=conv_kernel, conv_output=conv_output)
     return ref, new
 
 
@@ -189,6 +194,14 @@ def test_single_value_per_group_raises_as_group_norm():
     assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.parametrize("conv_output", kernels.CONV_OUTPUT_MODES)
+def test_conv_kernel_is_cuda_only_cpu(conv_output):
+    """On the CPU every conv_kernel computes the direct float32 decomposition: bitwise the same output."""
+    x = torch.rand(2, 8, 11, 13)
+    outs = [models(8, 64, 16, conv_output, conv_kernel=kernel)[1](x) for kernel in kernels.CONV_KERNELS]
+    assert all(torch.equal(outs[0], other) for other in outs[1:])
+
+
 def test_store_and_recompute_agree_cpu():
     _, store = models(8, 64, 16, "store")
     _, recompute = models(8, 64, 16, "recompute")
@@ -236,6 +249,8 @@ def test_bad_inputs_raise_clear_errors():
         new(None)
     with pytest.raises(ValueError, match="conv_output must be one of"):
         problem.ModelNew(8, 64, 3, 16, conv_output="cache")
+    with pytest.raises(ValueError, match="conv_kernel must be one of"):
+        problem.ModelNew(8, 64, 3, 16, conv_kernel="tf32")
     with pytest.raises(ValueError, match="divisible"):  # nn.GroupNorm's own check, as in Model
         problem.ModelNew(8, 64, 3, 5)
 
@@ -249,12 +264,14 @@ def test_operator_rejects_bad_arguments():
         ops.fused_forward(x, torch.rand(8, 4, 5, 5), b, b, b, 2, 1e-5, True)
     with pytest.raises(RuntimeError, match="gn_weight"):
         ops.fused_forward(x, w, b, torch.rand(7), b, 2, 1e-5, True)
+    with pytest.raises(RuntimeError, match="conv_kernel must be 0"):
+        ops.fused_forward(x, w, b, b, b, 2, 1e-5, True, 2)
 
 
 def test_repr_and_module_tree():
-    _, new = models(8, 64, 16, "recompute")
+    _, new = models(8, 64, 16, "recompute", conv_kernel="3xtf32")
     text = repr(new)
-    assert "conv_output='recompute'" in text and "Hardswish()" in text and "GroupNorm(16, 64" in text
+    assert "conv_kernel='3xtf32', conv_output='recompute'" in text and "Hardswish()" in text and "GroupNorm(16, 64" in text
 
 
 # ---------------------------------------------------------------------------------------------- GPU
@@ -262,11 +279,24 @@ def test_repr_and_module_tree():
 cuda = torch.device("cuda")
 
 
+# The GPU result against the CPU kernels: the fp32 kernel sums in the CPU's order (equal up to the fast
+# exponential); the 3xtf32 kernel sums each convolution value in its own order (about 1e-6 relative).
+GPU_VS_CPU_TOL = {"fp32": 2e-6, "3xtf32": 1e-5}
+
+# Beyond SHAPES: the 3xtf32 kernel's limits (Cin 16 is its widest input, Cin 17 and Cout 65 fall back to fp32).
+CUDA_SHAPES = SHAPES + [
+    (2, 16, 10, 133, 64, 16),   # 3xtf32: two input chunks, two column tiles
+    (1, 17, 6, 8, 16, 4),       # Cin 17: the fp32 kernel
+    (1, 4, 5, 6, 65, 5),        # Cout 65: the fp32 kernel
+]
+
+
 @pytest.mark.cuda
+@pytest.mark.parametrize("conv_kernel", kernels.CONV_KERNELS)
 @pytest.mark.parametrize("conv_output", kernels.CONV_OUTPUT_MODES)
-@pytest.mark.parametrize("batch,cin,h,w,cout,groups", SHAPES)
-def test_matches_float64_cuda(batch, cin, h, w, cout, groups, conv_output):
-    ref, new = models(cin, cout, groups, conv_output)
+@pytest.mark.parametrize("batch,cin,h,w,cout,groups", CUDA_SHAPES)
+def test_matches_float64_cuda(batch, cin, h, w, cout, groups, conv_output, conv_kernel):
+    ref, new = models(cin, cout, groups, conv_output, conv_kernel=conv_kernel)
     ref, new = ref.to(cuda), new.to(cuda)
     x = torch.rand(batch, cin, h, w, device=cuda)
     x_before = x.clone()
@@ -276,11 +306,13 @@ def test_matches_float64_cuda(batch, cin, h, w, cout, groups, conv_output):
     assert not torch.isnan(out).any(), "some outputs were never written"
     assert_close_report(out, reference64(ref, x), atol=1e-5, rtol=1e-5, what=conv_output)
     cpu_out = new.to("cpu")(x.cpu())
-    assert_close_report(out, cpu_out, atol=2e-6, rtol=2e-6, what="GPU against CPU kernels")
+    tol = GPU_VS_CPU_TOL[conv_kernel]
+    assert_close_report(out, cpu_out, atol=tol, rtol=tol, what="GPU against CPU kernels")
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("candidate", [CANDIDATE_SOURCE, RECOMPUTE_CANDIDATE_SOURCE], ids=["default", "recompute"])
+@pytest.mark.parametrize("candidate", [CANDIDATE_SOURCE, RECOMPUTE_CANDIDATE_SOURCE, TENSOR_CORE_CANDIDATE_SOURCE],
+                         ids=["default", "recompute", "3xtf32"])
 def test_harness_replay_cuda_real_shape(candidate):
     margins = replay_harness(REFERENCE_SOURCE, candidate, cuda)
     assert max(margins) <= ACCURACY_BAR, margins
@@ -288,15 +320,16 @@ def test_harness_replay_cuda_real_shape(candidate):
 
 @pytest.mark.cuda
 @pytest.mark.slow
+@pytest.mark.parametrize("conv_kernel", kernels.CONV_KERNELS)
 @pytest.mark.parametrize("conv_output", kernels.CONV_OUTPUT_MODES)
-def test_accuracy_bar_real_shape(conv_output):
+def test_accuracy_bar_real_shape(conv_output, conv_kernel):
     """5 harness trials + 20 fresh seeds at the real shape: margin <= 0.3 against eager float32 and float64."""
     set_seed(42)
     init = problem.get_init_inputs()
     set_seed(42)
     ref = problem.Model(*init).to(cuda)
     set_seed(42)
-    new = problem.ModelNew(*init, conv_output=conv_output).to(cuda)
+    new = problem.ModelNew(*init, conv_kernel=conv_kernel, conv_output=conv_output).to(cuda)
     seeds = draw_seeds(HARNESS_TRIALS, HARNESS_SEED) + draw_seeds(FRESH_TRIALS, FRESH_SEED)
     worst32, worst64 = accuracy_margins(ref, new, problem.get_inputs, seeds, cuda)
     assert worst32 <= ACCURACY_BAR and worst64 <= ACCURACY_BAR, (worst32, worst64)

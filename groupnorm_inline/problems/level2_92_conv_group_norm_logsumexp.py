@@ -11,10 +11,19 @@ float32 3 x 3 convolution that gathers the GroupNorm statistics where the convol
 sweep that applies GroupNorm, Tanh, HardSwish, the residual add and a numerically stable LogSumExp over the
 channels and writes only the (N, 1, OH, OW) result.
 
+`conv_kernel` (keyword-only) chooses how CUDA computes the convolution:
+
+  "fp32"    the direct kernel: float32 FMAs from shared memory;
+  "3xtf32"  an implicit GEMM on the TF32 tensor cores (sm_80+), each float32 operand split into a high and a
+            low TF32 part, three products accumulated in float32 (about 22 significant bits; Cout <= 64 and
+            Cin <= 16, the fp32 kernel elsewhere).
+
 `conv_output` (keyword-only) chooses what happens to the convolution between the two:
 
   "store"      written once by the statistics kernel and read once by the epilogue (520 MB at the real shape);
   "recompute"  never written: the epilogue kernel computes the convolution again (twice the FMAs, no traffic).
+
+On the CPU both keywords give the same float32 arithmetic (the direct decomposition, stored or recomputed).
 
 The fused kernels take a 3 x 3 kernel (stride 1, no padding, as the problem has) and, on CUDA, at most 128
 output channels; other configurations run the reference's own PyTorch ops. Inference only: the output
@@ -24,7 +33,8 @@ carries no autograd graph.
 import torch
 import torch.nn as nn
 
-from .level2_92_kernels import CONV_OUTPUT_MODES, CUDA_MAX_OUT_CHANNELS, DEFAULT_CONV_OUTPUT
+from .level2_92_kernels import (CONV_KERNEL_CODES, CONV_KERNELS, CONV_OUTPUT_MODES, CUDA_MAX_OUT_CHANNELS,
+                                DEFAULT_CONV_KERNEL, DEFAULT_CONV_OUTPUT)
 from .level2_92_kernels import ops as _ops  # builds the kernels (first time on a machine) and loads them
 
 
@@ -58,22 +68,26 @@ class Model(nn.Module):
 
 
 class ModelNew(nn.Module):
-    """`Model` as one fused operator; `conv_output` picks store or recompute (see the module docstring)."""
+    """`Model` as one fused operator; `conv_kernel` picks the convolution kernel and `conv_output` store or
+    recompute (see the module docstring)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, groups, eps=1e-5, *,
-                 conv_output: str = DEFAULT_CONV_OUTPUT):
+                 conv_kernel: str = DEFAULT_CONV_KERNEL, conv_output: str = DEFAULT_CONV_OUTPUT):
         super().__init__()
         # Same submodules, created in the same order as Model (the same RNG draws).
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
         self.group_norm = nn.GroupNorm(groups, out_channels, eps=eps)
         self.tanh = nn.Tanh()  # kept for the module tree and repr; the fused kernel applies it
         self.hard_swish = nn.Hardswish()
+        if conv_kernel not in CONV_KERNELS:
+            raise ValueError(f"conv_kernel must be one of {CONV_KERNELS}, got {conv_kernel!r}")
         if conv_output not in CONV_OUTPUT_MODES:
             raise ValueError(f"conv_output must be one of {CONV_OUTPUT_MODES}, got {conv_output!r}")
+        self.conv_kernel = conv_kernel
         self.conv_output = conv_output
 
     def extra_repr(self) -> str:
-        return f"conv_output={self.conv_output!r}"
+        return f"conv_kernel={self.conv_kernel!r}, conv_output={self.conv_output!r}"
 
     def _fused_supported(self, device: torch.device) -> bool:
         conv = self.conv
@@ -124,7 +138,7 @@ class ModelNew(nn.Module):
         gn = self.group_norm
         return _ops.fused_forward(x.detach(), self.conv.weight.detach(), self.conv.bias.detach(),
                                   gn.weight.detach(), gn.bias.detach(), gn.num_groups, gn.eps,
-                                  self.conv_output == "store")
+                                  self.conv_output == "store", CONV_KERNEL_CODES[self.conv_kernel])
 
 
 batch_size = 128

@@ -27,6 +27,14 @@ EXTENSION = ExtensionSpec(
     description="the level 2 #92 kernels (fused conv, GroupNorm, logsumexp)",
 )
 
+# How the convolution is computed on CUDA. "fp32": the direct kernel, float32 FMAs. "3xtf32": an implicit GEMM on
+# the TF32 tensor cores (sm_80+) with each operand split into high and low TF32 parts, three products
+# accumulated in float32 (csrc/level2_92_tensor_core.py); it covers Cout <= 64 and Cin <= 16 and runs the fp32
+# kernel elsewhere. The CPU kernels compute the fp32 decomposition for either.
+CONV_KERNELS = ("fp32", "3xtf32")
+CONV_KERNEL_CODES = {"fp32": 0, "3xtf32": 1}  # the operator's conv_kernel argument
+DEFAULT_CONV_KERNEL = "fp32"
+
 CONV_OUTPUT_MODES = ("store", "recompute")
 # The default is the faster of the two on the GPU (benchmarks/check_level2_gpu.py times both). H200,
 # torch 2.11: recompute 1.61 ms, store 1.75 ms (the second convolution costs less than 520 MB out and back).
