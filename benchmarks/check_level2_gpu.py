@@ -4,6 +4,7 @@
     python benchmarks/check_level2_gpu.py --problem 94     # one problem
     python benchmarks/check_level2_gpu.py --no-compile     # skip torch.compile (saves a minute or two)
     python benchmarks/check_level2_gpu.py --small          # small and odd shapes against float64, no timing
+                                                           # (every run starts with these checks)
 
 Under compute-sanitizer, turn PyTorch's caching allocator off so that out-of-bounds accesses are seen:
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python benchmarks/check_level2_gpu.py --small
@@ -139,9 +140,10 @@ def build_problems(small: bool, which: str) -> list:
         def conv_alone(inputs, model):
             return lambda: model.conv(inputs[0])
 
-        variants = [Variant(mode, {"conv_output": mode}) for mode in k92.CONV_OUTPUT_MODES]
-        problems.append(Problem("92", p92, 0.3, variants, k92.DEFAULT_CONV_OUTPUT, init, inputs92,
-                                {"cuDNN conv alone": conv_alone}))
+        variants = [Variant(f"{kernel}/{mode}", {"conv_kernel": kernel, "conv_output": mode})
+                    for kernel in k92.CONV_KERNELS for mode in k92.CONV_OUTPUT_MODES]
+        problems.append(Problem("92", p92, 0.3, variants, f"{k92.DEFAULT_CONV_KERNEL}/{k92.DEFAULT_CONV_OUTPUT}",
+                                init, inputs92, {"cuDNN conv alone": conv_alone}))
     return problems
 
 
@@ -274,8 +276,11 @@ def small_checks(problems: list) -> None:
                     _check_small(f"#94 {variant.name} {(batch, fin, fout, groups)}", ref, new,
                                  torch.rand(batch, fin, device="cuda"), 1e-4)
         else:
+            # The last three: 3xtf32 with two input chunks and two column tiles, then its fp32 fallbacks
+            # (Cin 17, Cout 65).
             shapes = [(2, 8, 20, 20, 64, 16), (2, 5, 5, 7, 12, 3), (1, 3, 9, 140, 24, 6), (3, 16, 6, 6, 8, 2),
-                      (1, 9, 7, 6, 128, 32), (2, 2, 3, 3, 17, 17), (1, 8, 9, 131, 40, 8)]
+                      (1, 9, 7, 6, 128, 32), (2, 2, 3, 3, 17, 17), (1, 8, 9, 131, 40, 8), (3, 8, 13, 130, 64, 16),
+                      (2, 16, 10, 133, 64, 16), (1, 17, 6, 8, 16, 4), (1, 4, 5, 6, 65, 5)]
             for batch, cin, h, w, cout, groups in shapes:
                 for variant in problem.variants:
                     set_seed(1)
@@ -329,9 +334,9 @@ def main() -> None:
         raise SystemExit("check_level2_gpu.py needs a CUDA GPU (none is visible)")
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     problems = build_problems(args.small, args.problem)
+    small_checks(problems)  # every run starts with the odd shapes: a wrong kernel stops before any timing
+    print("small checks passed")
     if args.small:
-        small_checks(problems)
-        print("small checks passed")
         return
     seeds = draw_seeds(5, HARNESS_SEED) + draw_seeds(args.fresh_seeds, FRESH_SEED)
     for problem in problems:
