@@ -27,9 +27,10 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 GRAD_TOLERANCES = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
-# (shape, num_groups). Trailing dims 0..3, odd sizes, C/G in {1, 3, 5, 48}, G = 1, G = C, N = 1; the last
-# rows have HW >= 1024, where the CUDA kernels switch from lane segments per row to CTAs per row chunk:
-# HW odd (scalar accesses), HW a multiple of 8 (16-byte vectors), a few long rows (rows split across CTAs).
+# (shape, num_groups). Trailing dims 0..3, odd sizes, C/G in {1, 3, 5, 48}, G = 1, G = C, N = 1. For the CUDA
+# kernels: rows of HW < 1024 take the short path (slices shared by lane groups, or split over CTAs as in
+# (1, 64, 30, 30)); the last rows have HW >= 1024, the row path: HW odd (scalar accesses), HW a multiple of 8
+# (16-byte vectors), a few long rows (rows split across CTAs).
 SHAPES = [
     ((2, 6, 5, 7), 3),           # minimal 4-D, C/G = 3
     ((1, 3, 11), 1),             # N = 1, G = 1, C/G = 3
@@ -42,6 +43,7 @@ SHAPES = [
     ((3, 15, 3, 3), 5),          # C/G = 3
     ((2, 10, 3, 4, 5), 2),       # 3 trailing dims, C/G = 5
     ((2, 9, 1, 1), 3),           # HW = 1
+    ((1, 64, 30, 30), 1),        # one slice of 57600 elements in rows of 900
     ((2, 8, 33, 35), 4),         # HW = 1155: rows of odd length
     ((2, 4, 40, 40), 2),         # HW = 1600
     ((1, 2, 3, 6000), 1),        # HW = 18000, rows split across CTAs
