@@ -56,7 +56,27 @@ def test_list_shows_problems_and_shapes_without_building(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "1/35" in proc.stdout and "35_GroupNorm_" in proc.stdout
     assert "float32(112, 64, 512, 512)" in proc.stdout and "init inputs: 64, 8" in proc.stdout
+    for fragment in ("2/94   94_Gemm_BiasAdd_Hardtanh_Mish_GroupNorm", "inputs: float32(1024, 8192)",
+                     "init inputs: 8192, 8192, (8192,), 256",
+                     "--small inputs: float32(6, 96); init inputs: 96, 256, (256,), 8",
+                     "2/92   92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp",
+                     "inputs: float32(128, 8, 128, 128)", "--small inputs: float32(2, 8, 21, 19)",
+                     "generated from the source of groupnorm_inline.problems.level2_94_gemm_mish_group_norm"):
+        assert fragment in proc.stdout, proc.stdout
+    assert proc.stdout.count("export/eval: yes") == 3 and "no recipe yet" not in proc.stdout
     assert list(tmp_path.iterdir()) == [], "list started a build"
+
+
+@pytest.mark.parametrize("file_name, key", [("94_Gemm_BiasAdd_Hardtanh_Mish_GroupNorm", "2/94"),
+                                            ("92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp.py", "2/92")])
+def test_export_by_kernelbench_file_name(file_name, key, tmp_path):
+    """A level 2 problem exported by its KernelBench file name is its export by level/number; nothing builds."""
+    by_name = run_cli("export", file_name, cache_dir=tmp_path)
+    by_key = run_cli("export", key, cache_dir=tmp_path)
+    assert by_name.returncode == 0 and by_key.returncode == 0, by_name.stderr + by_key.stderr
+    assert by_name.stdout == by_key.stdout and "class ModelNew(nn.Module):" in by_name.stdout
+    assert f"_export_l{key.replace('/', '_')}_" in by_name.stdout
+    assert list(tmp_path.iterdir()) == [], "export started a build"
 
 
 def test_show_config_reports_plan_without_building(tmp_path):
@@ -213,17 +233,23 @@ def test_eval_applies_static_rules_to_candidates(tmp_path):
     assert_one_line_error(proc, 1, "static rules", "__global__")
 
 
-def test_eval_cpu_smoke_run_of_the_export(tmp_path, tmp_path_factory):
-    """The whole flow on the CPU at the reduced shape: export, build, 5 trials, timing of ours and eager."""
+# The inputs each problem's --small run draws (the recipes' small constants).
+SMALL_INPUTS = {"1/35": "float32(2, 64, 30, 30)", "2/94": "float32(6, 96)", "2/92": "float32(2, 8, 21, 19)"}
+
+
+@pytest.mark.parametrize("key", sorted(SMALL_INPUTS))
+def test_eval_cpu_smoke_run_of_the_export(key, tmp_path, tmp_path_factory):
+    """The whole flow on the CPU at the reduced shape: export, build (shared with test_export), seeded
+    construction, 5 trials, timing of ours and eager."""
     result = tmp_path / "result.json"
-    proc = run_cli("eval", "1/35", "--device", "cpu", "--small", "--trials", "3", "--no-compile",
+    proc = run_cli("eval", key, "--device", "cpu", "--small", "--trials", "3", "--no-compile",
                    "--build-dir", str(export_builds_dir(tmp_path_factory)), "--json", str(result),
                    cache_dir=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "result: PASSED" in proc.stdout
     data = json.loads(result.read_text())
     assert data["passed"] and data["error"] is None and data["static_check"]["ok"]
-    assert data["shapes"]["inputs"] == "float32(2, 64, 30, 30)"
+    assert data["shapes"]["inputs"] == SMALL_INPUTS[key]
     trials = data["correctness"]["trials"]
     assert len(trials) == 5 and all(t["passed"] and t["inputs_unchanged"] for t in trials)
     assert len({t["seed"] for t in trials}) == 5
@@ -245,11 +271,27 @@ def test_eval_out_of_memory_is_one_line(tmp_path, tmp_path_factory):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("key", sorted(SMALL_INPUTS))
+def test_eval_small_on_gpu(key, tmp_path, tmp_path_factory):
+    """--small on the GPU: the export's CUDA kernels at the reduced shape through the harness flow."""
+    result = tmp_path / "result.json"
+    proc = run_cli("eval", key, "--small", "--trials", "5", "--no-compile", "--quiet", "--json", str(result),
+                   "--build-dir", str(export_builds_dir(tmp_path_factory)), cache_dir=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(result.read_text())
+    assert data["passed"] and data["shapes"]["inputs"] == SMALL_INPUTS[key]
+    trials = data["correctness"]["trials"]
+    assert len(trials) == 5 and all(t["passed"] and t["inputs_unchanged"] for t in trials), trials
+    assert data["timing"]["ours"]["trials"] == 5
+
+
+@pytest.mark.cuda
 @pytest.mark.slow
-def test_eval_full_flow_on_gpu(tmp_path, tmp_path_factory):
+@pytest.mark.parametrize("key", sorted(SMALL_INPUTS))
+def test_eval_full_flow_on_gpu(key, tmp_path, tmp_path_factory):
     """The complete harness replay at the real shape, with timing of ours, eager and torch.compile."""
     result = tmp_path / "result.json"
-    proc = run_cli("eval", "1/35", "--trials", "20", "--quiet", "--json", str(result),
+    proc = run_cli("eval", key, "--trials", "20", "--quiet", "--json", str(result),
                    "--build-dir", str(export_builds_dir(tmp_path_factory)), cache_dir=tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(result.read_text())
