@@ -22,9 +22,13 @@ FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weig
                   " -> (Tensor, Tensor, Tensor)")
 # Which launch plan the CUDA forward takes for an input (CUDA only; describes, launches nothing).
 PLAN_SCHEMA = "group_norm_forward_plan(Tensor input, int num_groups, bool affine) -> str"
+# The CUDA forward through a named plan (auto, small, resident, streamed[:key=value,...], fused, split):
+# for tests that cover every plan on small inputs and for benchmarks that compare plans (CUDA only).
+WITH_PLAN_SCHEMA = ("group_norm_forward_with_plan(Tensor input, int num_groups, Tensor? weight, Tensor? bias,"
+                    " float eps, str plan) -> (Tensor, Tensor, Tensor)")
 
 # CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
-GROUP_NORM_CPU_TEMPLATE = r"""
+GROUP_NORM_CPU_TEMPLATE = (r"""
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <cmath>
@@ -102,9 +106,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FORWARD_SCHEMA@");
   m.def("@PLAN_SCHEMA@");
+  m.def("@WITH_PLAN_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("group_norm_forward", &gn_inline_cpu::group_norm_forward_cpu);
 }
 """.replace("@FORWARD_SCHEMA@", FORWARD_SCHEMA).replace("@PLAN_SCHEMA@", PLAN_SCHEMA)
+                           .replace("@WITH_PLAN_SCHEMA@", WITH_PLAN_SCHEMA))

@@ -23,9 +23,11 @@ folding them into double, and CTAs combine their sums in double. The output is f
 """
 
 from .common_cuda import COMMON_CUDA_HEADER
+from .message import MESSAGE_HEADER
+from .group_norm_streamed_cuda import STREAMED_FORWARD_CUDA
 
 # Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
-GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + r"""
+GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + MESSAGE_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -398,15 +400,19 @@ struct DeviceInfo {
   int sms = 0;
   int major = 0;
   int max_smem_optin = 0;  // bytes of shared memory one CTA may opt into
+  int64_t l2_bytes = 0;
 };
 
 inline const DeviceInfo& device_info(int device) {
   static DeviceInfo cached[64];
-  TORCH_CHECK(device >= 0 && device < 64, "groupnorm_inline: device index out of range: ", device);
+  TORCH_CHECK(device >= 0 && device < 64, gn_inline_msg::cat("groupnorm_inline: device index out of range: ", device));
   DeviceInfo& info = cached[device];
   if (info.sms == 0) {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    int l2 = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    info.l2_bytes = l2;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
   }
   return info;
@@ -420,6 +426,7 @@ struct Problem {
   int device;
   cudaStream_t stream;
   std::string* plan = nullptr;  // when set: describe the chosen plan here and launch nothing
+  const std::string* force = nullptr;  // when set and not "auto": take this plan or fail (tests, benchmarks)
 };
 
 template <typename T>
@@ -516,14 +523,19 @@ void launch_small(const Pointers<T>& p, const Problem& pr) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+enum class TwoReadMode { kAuto, kFused, kSplit };
+
 template <typename T, typename I, int VEC, bool AFFINE>
-void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts,
+                      TwoReadMode mode = TwoReadMode::kAuto) {
   using C = typename Compute<T>::type;
   // Enough CTAs for ~4 resident waves of 256-thread CTAs; each CTA should still stream >= 32 KB.
   const int64_t target_ctas = static_cast<int64_t>(device_info(pr.device).sms) * 32;
   const int64_t min_chunk = 8192;  // elements
   int64_t splits = pr.slices >= target_ctas ? 1 : ceil_div(target_ctas, pr.slices);
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, pr.D / min_chunk));
+  if (mode == TwoReadMode::kFused) splits = 1;
+  if (mode == TwoReadMode::kSplit) splits = std::max<int64_t>(splits, std::min<int64_t>(2, pr.D));
   splits = std::min<int64_t>(splits, 65535);
   if (splits == 1 && pr.plan) {
     *pr.plan = "fused: one CTA per slice, statistics then normalisation (two reads; vec " + std::to_string(VEC) + ")";
@@ -563,26 +575,87 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+""" + STREAMED_FORWARD_CUDA + r"""
 // Picks the plan for one problem (see the module docstring) and launches it.
 template <typename T, int VEC, bool AFFINE>
-void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+void launch_two_read(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts, TwoReadMode mode) {
+  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE>(p, pr, opts, mode);
+  launch_streaming<T, int64_t, VEC, AFFINE>(p, pr, opts, mode);  // 64-bit offsets inside a slice
+}
+
+template <typename T, int VEC, bool AFFINE>
+bool try_launch_small(const Pointers<T>& p, const Problem& pr) {
   const int64_t per_lane = static_cast<int64_t>(VEC) * kSmallVecs;
-  if (pr.D <= 4 * per_lane) return launch_small<T, VEC, 4, AFFINE>(p, pr);
-  if (pr.D <= 8 * per_lane) return launch_small<T, VEC, 8, AFFINE>(p, pr);
-  if (pr.D <= 32 * per_lane) return launch_small<T, VEC, 32, AFFINE>(p, pr);
+  if (pr.D <= 4 * per_lane) return launch_small<T, VEC, 4, AFFINE>(p, pr), true;
+  if (pr.D <= 8 * per_lane) return launch_small<T, VEC, 8, AFFINE>(p, pr), true;
+  if (pr.D <= 32 * per_lane) return launch_small<T, VEC, 32, AFFINE>(p, pr), true;
+  return false;
+}
+
+// "name" or "name:key=value,key=value" -> the value of `key` (or `fallback`).
+inline int64_t plan_option(const std::string& plan, const std::string& key, int64_t fallback) {
+  const size_t colon = plan.find(':');
+  if (colon == std::string::npos) return fallback;
+  size_t pos = colon + 1;
+  while (pos < plan.size()) {
+    size_t comma = plan.find(',', pos);
+    if (comma == std::string::npos) comma = plan.size();
+    const std::string item = plan.substr(pos, comma - pos);
+    const size_t eq = item.find('=');
+    TORCH_CHECK(eq != std::string::npos, gn_inline_msg::cat("group_norm_forward_with_plan: expected key=value in '",
+                                                            plan, "'"));
+    if (item.substr(0, eq) == key) return std::stoll(item.substr(eq + 1));
+    pos = comma + 1;
+  }
+  return fallback;
+}
+
+// A plan asked for by name (tests and benchmarks): launches it, or fails saying why it cannot.
+template <typename T, int VEC, bool AFFINE>
+void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  const std::string& plan = *pr.force;
+  const std::string name = plan.substr(0, plan.find(':'));
+  bool launched = true;
+  if (name == "small") {
+    launched = try_launch_small<T, VEC, AFFINE>(p, pr);
+  } else if (name == "resident") {
+    launched = try_launch_resident<T, VEC, AFFINE>(p, pr);
+  } else if (name == "streamed") {
+    StreamedOptions opt;
+    opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
+    opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
+    opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
+    opt.forced = true;
+    launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
+  } else if (name == "fused") {
+    launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kFused);
+  } else if (name == "split") {
+    launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kSplit);
+  } else {
+    TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,
+                                          "'; expected auto, small, resident, streamed, fused or split"));
+  }
+  TORCH_CHECK(launched, gn_inline_msg::cat("group_norm_forward_with_plan: plan '", plan, "' cannot take slices of ",
+                                           pr.D, " elements (", pr.slices, " slices, vec ", VEC, ") on this device"));
+}
+
+template <typename T, int VEC, bool AFFINE>
+void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE>(p, pr, opts);
+  if (try_launch_small<T, VEC, AFFINE>(p, pr)) return;
   if (try_launch_resident<T, VEC, AFFINE>(p, pr)) return;
-  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE>(p, pr, opts);
-  launch_streaming<T, int64_t, VEC, AFFINE>(p, pr, opts);  // 64-bit offsets inside a slice
+  if (try_launch_streamed<T, VEC, AFFINE>(p, pr, StreamedOptions{})) return;
+  launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kAuto);
 }
 
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
                    at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
-                   std::string* plan = nullptr) {
+                   std::string* plan = nullptr, const std::string* force = nullptr) {
   using C = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
-  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan};
+  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force};
   Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
                 AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
@@ -590,16 +663,17 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   else launch_forward<T, 1, AFFINE>(p, pr, x.options());  // slices not 16-byte aligned: element accesses
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at::Tensor& input, int64_t num_groups,
-                                                                       const std::optional<at::Tensor>& weight,
-                                                                       const std::optional<at::Tensor>& bias,
-                                                                       double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, int64_t num_groups,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            const std::optional<at::Tensor>& bias, double eps,
+                                                            const std::string* force) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
-  TORCH_CHECK(input.dim() >= 2, "Expected at least 2 dimensions for input tensor but received ", input.dim());
+  TORCH_CHECK(input.dim() >= 2,
+              gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
   TORCH_CHECK(input.is_contiguous(), "group_norm_forward_cuda: expected a contiguous input");
   TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
-              "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
-              input.sizes(), " and num_groups=", num_groups);
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got input "
+                                 "of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=", num_groups));
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t N = input.size(0), C = input.size(1);
   const int64_t HW = C > 0 ? (N > 0 ? input.numel() / (N * C) : 1) : 0;
@@ -618,10 +692,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at:
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cuda", [&] {
-    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
-    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream);
+    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
+    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
   });
   return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at::Tensor& input, int64_t num_groups,
+                                                                       const std::optional<at::Tensor>& weight,
+                                                                       const std::optional<at::Tensor>& bias,
+                                                                       double eps) {
+  return forward_impl(input, num_groups, weight, bias, eps, nullptr);
+}
+
+// The forward through a plan named by the caller ("auto" is the normal choice): tests run every plan on
+// small inputs, benchmarks compare plans. A plan that cannot take the input raises.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_with_plan_cuda(
+    const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps, const std::string& plan) {
+  return forward_impl(input, num_groups, weight, bias, eps, &plan);
 }
 
 // The plan group_norm_forward_cuda would take for this input (see the module docstring); launches nothing.
@@ -649,5 +738,6 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("group_norm_forward", &gn_inline::group_norm_forward_cuda);
   m.impl("group_norm_forward_plan", &gn_inline::group_norm_forward_plan_cuda);
+  m.impl("group_norm_forward_with_plan", &gn_inline::group_norm_forward_with_plan_cuda);
 }
 """

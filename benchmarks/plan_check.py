@@ -1,0 +1,180 @@
+"""GPU check of each forward launch plan forced by name, then timings of plan variants side by side.
+
+    python benchmarks/plan_check.py [--out DIR] [--small] [--no-timing] [--rows 35]
+
+1. Correctness per plan: `group_norm_forward_with_plan` on shapes picked so the plan's edge cases run
+   (parts that end mid-vector-row, empty trailing cluster ranks, shared-memory/register/L2 splits of a
+   part forced small, many slices per persistent cluster, |mean| >> std, every dtype, affine or not).
+   Random inputs, output memory poisoned with NaN first, compared with a float64 reference; the
+   statistics (mean, rstd) are checked too.
+2. Timings (CUDA events, median of 20, L2 flushed when the working set is under 200 MB): for each row,
+   a copy of the tensor, the automatic plan and each named variant, in this one process.
+`--small` runs only a few small cases (for compute-sanitizer). A log goes to DIR/plan_check.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from forward_check import poison_allocator, reference, time_fn  # noqa: E402
+
+LOG: list[str] = []
+TOL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+
+
+def log(msg: str = "") -> None:
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".")[-1]
+
+
+def check(ops, plan, shape, G, dtype, affine=True, mean_offset=0.0):
+    x = (torch.rand(shape, device="cuda") * 2 - 1 + mean_offset).to(dtype)
+    C = shape[1]
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    w = (torch.rand(C, device="cuda", dtype=acc) + 0.5) if affine else None
+    b = (torch.rand(C, device="cuda", dtype=acc) - 0.5) if affine else None
+    x_before = x.clone()
+    poison_allocator(x.numel() * x.element_size() * 2)
+    try:
+        y, mean, rstd = ops.group_norm_forward_with_plan(x, G, w, b, 1e-5, plan)
+    except RuntimeError as error:
+        log(f"FAIL {plan:34s} {str(tuple(shape)):22s} G={G:<3d} {dtype_name(dtype):9s} raised: "
+            f"{str(error).splitlines()[0]}")
+        return False
+    torch.cuda.synchronize()
+    # float64 reference a few samples at a time (the #35 shape would need 15 GB at once)
+    step = max(1, (1 << 27) // max(1, x[0].numel()))
+    err, scale, nan, ref_mean, ref_rstd = 0.0, 1.0, 0, [], []
+    for n0 in range(0, shape[0], step):
+        xs, ys = x[n0:n0 + step], y[n0:n0 + step]
+        ref = reference(xs, G, w, b, 1e-5)
+        nan += int(torch.isnan(ys).sum())
+        scale = max(scale, ref.abs().max().item())
+        err = max(err, (ys.double() - ref).abs().max().item())
+        xd = xs.double().reshape(xs.shape[0], G, -1)
+        ref_mean.append(xd.mean(-1))
+        ref_rstd.append((xd.var(-1, unbiased=False) + 1e-5).rsqrt())
+        del ref, xd
+    ref_mean, ref_rstd = torch.cat(ref_mean), torch.cat(ref_rstd)
+    stat_tol = 1e-9 if dtype == torch.float64 else 1e-5
+    mean_err = ((mean.double() - ref_mean).abs() / ref_mean.abs().clamp_min(1)).max().item()
+    rstd_err = ((rstd.double() - ref_rstd).abs() / ref_rstd).max().item()
+    ok = (nan == 0 and err <= TOL[dtype] * scale and mean_err <= stat_tol and rstd_err <= stat_tol * 10
+          and torch.equal(x, x_before))
+    log(f"{'ok  ' if ok else 'FAIL'} {plan:34s} {str(tuple(shape)):22s} G={G:<3d} {dtype_name(dtype):9s} "
+        f"affine={int(affine)} off={mean_offset:<6g} max_err={err:.2e} mean_err={mean_err:.1e} "
+        f"rstd_err={rstd_err:.1e} nan={nan}")
+    return ok
+
+
+# (plan, shape, G): shapes on which the plan's own edge cases run.
+STREAMED_FORCED_SMALL = "streamed:smem_kb=16,reg_vecs=2"  # parts of 64 KB split over smem, registers and L2
+CASES = [
+    ("small", (7, 6, 1), 3), ("small", (64, 8192), 256),
+    ("resident", (3, 8, 100, 100), 2), ("resident", (2, 64, 40, 40), 8),
+    ("streamed", (3, 8, 100, 100), 2),          # whole part in shared memory
+    ("streamed", (5, 6, 37, 20), 3),            # parts of 96 elements, the last one shorter
+    ("streamed", (3, 10, 4), 1),                # D = 40: trailing cluster ranks own nothing
+    ("streamed", (200, 4, 32, 32), 2),          # 400 slices: many per persistent cluster
+    (STREAMED_FORCED_SMALL, (4, 8, 256, 256), 2),
+    (STREAMED_FORCED_SMALL, (33, 6, 128, 129), 3),
+    ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),   # mostly L2 tail
+    ("streamed:reg_vecs=0", (4, 16, 512, 512), 2),
+    ("streamed:cluster=8", (10, 8, 300, 300), 2),
+    ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
+    ("auto", (16, 64, 512, 512), 8),
+]
+
+
+def correctness(ops, small: bool) -> bool:
+    ok = True
+    cases = CASES[:2] + CASES[4:6] + CASES[8:9] if small else CASES
+    for plan, shape, G in cases:
+        dtypes = [torch.float32] if small else [torch.float32, torch.bfloat16, torch.float16]
+        if plan.startswith(("small", "fused", "split", "resident", "auto")) and not small:
+            dtypes.append(torch.float64)
+        for dtype in dtypes:
+            ok &= check(ops, plan, shape, G, dtype)
+        if not small:
+            ok &= check(ops, plan, shape, G, torch.float32, affine=False)
+            ok &= check(ops, plan, shape, G, torch.float32, mean_offset=1e4)
+    if not small:  # the #35 shape itself through the streamed plan
+        ok &= check(ops, "streamed", (112, 64, 512, 512), 8, torch.float32)
+        ok &= check(ops, "streamed", (112, 64, 512, 512), 8, torch.bfloat16)
+    log("correctness: " + ("ALL PASS" if ok else "FAILURES"))
+    return ok
+
+
+TIMING_ROWS = {
+    "35": [((112, 64, 512, 512), 8, torch.float32), ((112, 64, 512, 512), 8, torch.bfloat16)],
+    "mid": [((16, 64, 256, 256), 8, torch.float32), ((16, 64, 256, 256), 8, torch.bfloat16),
+            ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
+}
+VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0", "streamed:smem_kb=160",
+            "streamed:cluster=8"]
+
+
+def timings(ops, row_sets: list[str]) -> None:
+    for key in row_sets:
+        for shape, G, dtype in TIMING_ROWS[key]:
+            x = torch.rand(shape, device="cuda").to(dtype)
+            acc = torch.float32
+            w = torch.rand(shape[1], device="cuda", dtype=acc) + 0.5
+            b = torch.rand(shape[1], device="cuda", dtype=acc) - 0.5
+            out = torch.empty_like(x)
+            flush = 2 * x.numel() * x.element_size() < 200e6
+            t_copy = time_fn(lambda: out.copy_(x), 20, flush)
+            line = [f"{str(tuple(shape)):20s} G={G:<3d} {dtype_name(dtype):9s} copy={t_copy:.4f}"]
+            for plan in VARIANTS:
+                print(f"  timing {plan}", flush=True)
+                try:
+                    ops.group_norm_forward_with_plan(x, G, w, b, 1e-5, plan)
+                except RuntimeError:
+                    line.append(f"{plan}=n/a")
+                    continue
+                t = time_fn(lambda: ops.group_norm_forward_with_plan(x, G, w, b, 1e-5, plan), 20, flush)
+                line.append(f"{plan}={t:.4f} ({t / t_copy:.2f}x copy)")
+            if dtype == torch.float32 or dtype == torch.bfloat16:
+                t_eager = time_fn(lambda: F.group_norm(x, G, w.to(dtype), b.to(dtype), 1e-5), 20, flush)
+                line.append(f"eager={t_eager:.4f}")
+            log(" | ".join(line))
+            log("    auto plan: " + ops.group_norm_forward_plan(x, G, True))
+            del x, out
+            torch.cuda.empty_cache()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--rows", default="35,mid", help="comma-separated timing row sets: " + ",".join(TIMING_ROWS))
+    args = ap.parse_args()
+    t0 = time.time()
+    import groupnorm_inline as gn
+    ops = gn.extension.load()
+    log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} import+build {time.time() - t0:.1f} s")
+    ok = True if args.no_check else correctness(ops, args.small)
+    if not (args.small or args.no_timing):
+        timings(ops, [r for r in args.rows.split(",") if r])
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "plan_check.txt"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

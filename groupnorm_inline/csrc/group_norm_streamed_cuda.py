@@ -1,0 +1,363 @@
+"""CUDA source of the forward's `streamed` plan: slices too large for one cluster's shared memory, one HBM read.
+
+A persistent grid of thread-block clusters (16 CTAs, one per SM, where the GPU can co-schedule them; else 8)
+walks the (n, g) slices: cluster k takes slices k, k + clusters, ... CTA rank r of a cluster owns the part
+[r * part, (r + 1) * part) of every slice it visits, and holds that part across the statistics exchange in
+three places, in this order of offsets:
+
+  shared memory  `smem_elems` (up to ~220 KB), in chunks filled by bulk asynchronous copies (cp.async.bulk on
+                 an mbarrier per chunk). Each warp owns every warps-th chunk: it waits for it, sums it, and
+                 after normalising it refills it at once with the same chunk of the cluster's next slice, so
+                 the next slice's loads stream in while this one is still being written.
+  registers      `reg_vecs` 16-byte vectors per thread (128 KB for 512 threads), loaded with an L2
+                 evict-first hint.
+  L2 tail        whatever is left: read with an evict-last hint while summing, read again from L2 (evict-
+                 first) right after the exchange. The host admits the plan only when the tails of every
+                 cluster in flight fit half the L2, so the second read stays on chip.
+
+The exchange is the resident plan's: CTA sums through distributed shared memory, one cluster barrier, no
+global-memory synchronisation. For #35 in float32 (8 MB slices, 512 KB parts) that is ~220 KB in shared
+memory, 128 KB in registers and ~160 KB in L2 per CTA, ~20 MB of tails in L2 for 8 clusters.
+
+Numerics as in the other plans: shifted sums (K = the slice's first element) in float per chunk, folded
+into double per thread, combined in double.
+"""
+
+STREAMED_FORWARD_CUDA = r"""
+// (inside namespace gn_inline, after the host helpers of group_norm_cuda)
+
+constexpr int kStreamThreads = 512;
+constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
+constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// One 16-byte global load with an L2 eviction-priority policy, kept as raw 32-bit words: an array of
+// half/bfloat16 Vec would take a register per element, twice what the words take.
+__device__ __forceinline__ uint4 load16_policy(const void* p, uint64_t policy) {
+  uint4 r;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "l"(policy));
+  return r;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> as_vec(const uint4& words) {
+  static_assert(sizeof(Vec<T, VEC>) == 16, "16-byte vectors only");
+  Vec<T, VEC> v;
+  memcpy(&v, &words, 16);
+  return v;
+}
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+// Arms the barrier for one phase that completes when `bytes` have landed (this thread's arrival included).
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into this CTA's
+// shared memory, counted on `bar`.
+__device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+#endif
+
+// x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
+// part, smem_elems, chunk_elems: multiples of VEC. Grid: clusters * CS CTAs of kStreamThreads.
+template <typename T, int VEC, bool AFFINE>
+__global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
+    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
+    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  using C = typename Compute<T>::type;
+  using V = Vec<T, VEC>;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  const int64_t clusters = gridDim.x / cluster_size;
+  extern __shared__ __align__(128) unsigned char streamed_smem[];
+  T* buf = reinterpret_cast<T*>(streamed_smem);
+  __shared__ uint64_t chunk_full[kStreamMaxChunks];
+  __shared__ double scratch[64];
+  __shared__ double cta_sums[2][2];  // by iteration parity: a peer may still read the previous one
+  __shared__ double slice_sums[2];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  const int begin = rank * part;
+  const int end = min(D, begin + part);
+  const int n = max(0, end - begin);
+  const int ns = min(n, smem_elems);                                   // [begin, begin + ns): shared memory
+  const int reg_begin = begin + ns;
+  const int tail_begin = reg_begin + min(n - ns, static_cast<int>(blockDim.x) * VEC * reg_vecs);  // registers
+  const int nchunks = (ns + chunk_elems - 1) / chunk_elems;            // [tail_begin, end): L2
+  const uint64_t evict_first = l2_policy_evict_first();
+  const uint64_t evict_last = l2_policy_evict_last();
+
+  // Lane 0 of each warp copies the warp's chunks of `slice` into shared memory.
+  auto fill_chunk = [&](int k, int64_t slice) {
+    const int off = k * chunk_elems;
+    const uint32_t bytes = static_cast<uint32_t>(min(chunk_elems, ns - off)) * sizeof(T);
+    mbarrier_expect_bytes(&chunk_full[k], bytes);
+    bulk_copy_to_smem(buf + off, x + slice * static_cast<int64_t>(D) + begin + off, bytes, &chunk_full[k],
+                      evict_first);
+  };
+
+  if (tid == 0) {
+    for (int k = 0; k < nchunks; ++k) mbarrier_init(&chunk_full[k], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  int64_t slice = blockIdx.x / cluster_size;
+  if (lane == 0 && slice < slices)
+    for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
+
+  for (uint32_t it = 0; slice < slices; slice += clusters, ++it) {
+    const T* xs = x + slice * static_cast<int64_t>(D);
+    T* ys = y + slice * static_cast<int64_t>(D);
+    const C K = static_cast<C>(xs[0]);
+
+    // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
+    //    registers, then stream the tail through L2 (kept there for the second read).
+    uint4 r[kStreamRegVecs];
+#pragma unroll
+    for (int u = 0; u < kStreamRegVecs; ++u) {
+      const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
+      if (u < reg_vecs && j < tail_begin) r[u] = load16_policy(xs + j, evict_first);
+    }
+    double s = 0, ss = 0;
+    for (int k = warp; k < nchunks; k += warps) {
+      mbarrier_wait_parity(&chunk_full[k], it & 1u);
+      const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
+      C ls = 0, lss = 0;
+      for (int e = lane * VEC; e < len; e += 32 * VEC)
+        add_shifted<T, VEC>(*reinterpret_cast<const V*>(buf + off + e), K, ls, lss);
+      s += ls;
+      ss += lss;
+    }
+    {
+      C ls = 0, lss = 0;
+#pragma unroll
+      for (int u = 0; u < kStreamRegVecs; ++u) {
+        const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
+        if (u < reg_vecs && j < tail_begin) add_shifted<T, VEC>(as_vec<T, VEC>(r[u]), K, ls, lss);
+      }
+      s += ls;
+      ss += lss;
+    }
+    const int stride = static_cast<int>(blockDim.x) * VEC;
+    for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_last);
+      C ls = 0, lss = 0;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u * stride < end) add_shifted<T, VEC>(as_vec<T, VEC>(v[u]), K, ls, lss);
+      s += ls;
+      ss += lss;
+    }
+
+    // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
+    block_sum2(s, ss, scratch);
+    if (tid == 0) {
+      cta_sums[it & 1u][0] = s;
+      cta_sums[it & 1u][1] = ss;
+    }
+    cluster.sync();
+    if (warp == 0) {
+      double rs = 0, rss = 0;
+      if (lane < cluster_size) {
+        const double* remote = cluster.map_shared_rank(&cta_sums[it & 1u][0], lane);
+        rs = remote[0];
+        rss = remote[1];
+      }
+      rs = warp_sum(rs);
+      rss = warp_sum(rss);
+      if (lane == 0) {
+        slice_sums[0] = rs;
+        slice_sums[1] = rss;
+      }
+    }
+    __syncthreads();
+    const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
+    if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
+    const int64_t c0 = (slice % G) * channels_per_group;
+    const C* wg = AFFINE ? w + c0 : w;
+    const C* bg = AFFINE ? b + c0 : b;
+    const bool channel_per_vec = (HW % VEC) == 0;
+
+    // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
+    //    each refilled with the next slice as soon as its warp has read it.
+    for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u * stride < end)
+          store_vec_streaming<T, VEC>(ys + j + u * stride,
+                                      normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
+                                                                         channel_per_vec, wg, bg, nrm));
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamRegVecs; ++u) {
+      const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
+      if (u < reg_vecs && j < tail_begin)
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
+                                                                                channel_per_vec, wg, bg, nrm));
+    }
+    const int64_t next = slice + clusters;
+    for (int k = warp; k < nchunks; k += warps) {
+      const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
+      for (int e = lane * VEC; e < len; e += 32 * VEC) {
+        const int j = begin + off + e;
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
+                                                *reinterpret_cast<const V*>(buf + off + e), j, HW, channel_per_vec,
+                                                wg, bg, nrm));
+      }
+      __syncwarp();  // every lane has read the chunk: it may be overwritten
+      if (lane == 0 && next < slices) fill_chunk(k, next);
+    }
+  }
+  cluster.sync();  // shared memory must outlive every peer's read of cta_sums
+#endif
+}
+
+// ---- host side -----------------------------------------------------------------------------------------
+struct StreamedGeometry {
+  int cluster = 0, part = 0, smem_elems = 0, chunk_elems = 0, reg_vecs = 0;
+  int64_t clusters = 0, tail_bytes_per_cta = 0;
+  size_t smem_bytes = 0;
+};
+
+// Fills `g` for a cluster of `cluster` CTAs; false when that cluster cannot be co-scheduled.
+template <typename T, int VEC, bool AFFINE>
+bool streamed_geometry(const DeviceInfo& dev, int64_t D, int64_t slices, int cluster, int64_t smem_cap_bytes,
+                       int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config, cudaLaunchAttribute* attr) {
+  g.cluster = cluster;
+  g.part = static_cast<int>(ceil_div(ceil_div(D, cluster), VEC) * VEC);
+  const int64_t smem_limit = std::min<int64_t>(smem_cap_bytes, dev.max_smem_optin - 2048) / 16 * 16;
+  g.smem_elems = static_cast<int>(std::min<int64_t>(g.part, smem_limit / static_cast<int64_t>(sizeof(T))));
+  // About two chunks per warp, whole warp footprints, at most kStreamMaxChunks.
+  const int64_t quantum = 32 * VEC;
+  int64_t chunk = ceil_div(ceil_div(g.smem_elems, 2 * (kStreamThreads / 32)), quantum) * quantum;
+  chunk = std::max(chunk, ceil_div(ceil_div(g.smem_elems, kStreamMaxChunks), quantum) * quantum);
+  g.chunk_elems = static_cast<int>(std::max<int64_t>(chunk, quantum));
+  g.reg_vecs = reg_vecs;
+  const int64_t on_chip = static_cast<int64_t>(g.smem_elems) + static_cast<int64_t>(kStreamThreads) * VEC * reg_vecs;
+  g.tail_bytes_per_cta = std::max<int64_t>(0, g.part - on_chip) * static_cast<int64_t>(sizeof(T));
+  g.smem_bytes = static_cast<size_t>(g.smem_elems) * sizeof(T);
+
+  auto kernel = gn_streamed<T, VEC, AFFINE>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(g.smem_bytes)));
+  if (cluster > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  config = {};
+  config.blockDim = dim3(kStreamThreads);
+  config.gridDim = dim3(static_cast<unsigned>(cluster));
+  config.dynamicSmemBytes = g.smem_bytes;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int active = 0;
+  if (cudaOccupancyMaxActiveClusters(&active, kernel, &config) != cudaSuccess || active < 1) {
+    (void)cudaGetLastError();  // clear the query's error state; the caller tries another size
+    return false;
+  }
+  g.clusters = std::min<int64_t>(active, slices);
+  config.gridDim = dim3(static_cast<unsigned>(g.clusters * cluster));
+  return true;
+}
+
+// Knobs of the streamed plan; the defaults are what the automatic choice uses.
+struct StreamedOptions {
+  int cluster = 0;           // 0: 16 where it fits, else 8
+  int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
+  int reg_vecs = kStreamRegVecs;
+  bool forced = false;       // a forced plan skips the L2 admission rule
+};
+
+template <typename T, int VEC, bool AFFINE>
+bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const StreamedOptions& opt) {
+  if constexpr (sizeof(T) * VEC != 16) {
+    return false;
+  } else {
+    const DeviceInfo& dev = device_info(pr.device);
+    if (dev.major < 9 || pr.D >= (int64_t(1) << 30) || pr.slices < 1) return false;
+    StreamedGeometry g;
+    cudaLaunchConfig_t config;
+    cudaLaunchAttribute attr[1];
+    bool ok = false;
+    for (int cluster : {16, 8}) {
+      if (opt.cluster != 0 && cluster != opt.cluster) continue;
+      if (streamed_geometry<T, VEC, AFFINE>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr)) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok) return false;
+    // The second read of every tail must hit L2: admit the plan while the tails in flight fit half of it.
+    if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
+    if (pr.plan) {
+      *pr.plan = "streamed: " + std::to_string(g.clusters) + " persistent clusters of " + std::to_string(g.cluster) +
+                 " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
+                 std::to_string(static_cast<int64_t>(kStreamThreads) * 16 * g.reg_vecs / 1024) +
+                 " KB in registers + " + std::to_string(g.tail_bytes_per_cta / 1024) +
+                 " KB re-read from L2 of each slice's part (vec " + std::to_string(VEC) + ")";
+      return true;
+    }
+    config.stream = pr.stream;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
+                                      pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
+                                      static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
+                                      pr.eps));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return true;
+  }
+}
+
+"""
