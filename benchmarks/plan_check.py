@@ -161,11 +161,20 @@ def main() -> int:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--profile", metavar="PLAN",
+                    help="run PLAN twice on (16, 64, 512, 512) G=8 float32 and exit (for ncu: the second call "
+                    "is the one to read, e.g. ncu --launch-skip 1 ...)")
     ap.add_argument("--rows", default="35,mid", help="comma-separated timing row sets: " + ",".join(TIMING_ROWS))
     args = ap.parse_args()
     t0 = time.time()
     import groupnorm_inline as gn
     ops = gn.extension.load()
+    if args.profile:
+        x = torch.rand(16, 64, 512, 512, device="cuda")
+        for _ in range(2):
+            ops.group_norm_forward_with_plan(x, 8, None, None, 1e-5, args.profile)
+        torch.cuda.synchronize()
+        return 0
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} import+build {time.time() - t0:.1f} s")
     ok = True if args.no_check else correctness(ops, args.small)
     if not (args.small or args.no_timing):
