@@ -87,6 +87,39 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t par
       : "memory");
 }
 
+// Waits with cluster-scope acquire: peers complete these phases with st.async.
+__device__ __forceinline__ void mbarrier_wait_parity_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// The shared::cluster address of `p` (a __shared__ variable) in the CTA of cluster rank `rank`.
+__device__ __forceinline__ uint32_t peer_smem(const void* p, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(smem_u32(p)), "r"(rank));
+  return out;
+}
+
+// Writes (a, b) into a peer's shared memory and counts the 16 bytes on the peer's mbarrier. Unlike a
+// cluster barrier with release semantics, this does not wait for this thread's earlier global stores.
+__device__ __forceinline__ void post_pair(uint32_t peer_slot, uint32_t peer_bar, double a, double b) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];"
+               ::"r"(peer_slot), "d"(a), "d"(b), "r"(peer_bar)
+               : "memory");
+}
+
+// Starts pulling [p, p + bytes) into L2 (bytes a multiple of 16, p 16-byte aligned); no registers held.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into this CTA's
 // shared memory, counted on `bar`.
 __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
@@ -118,8 +151,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
   T* buf = reinterpret_cast<T*>(streamed_smem);
   __shared__ uint64_t chunk_full[kStreamMaxChunks];
   __shared__ double scratch[64];
-  __shared__ double cta_sums[2][2];  // by iteration parity: a peer may still read the previous one
-  __shared__ double slice_sums[2];
+  // Every CTA's (s, ss) of the slice, written by the peers themselves; by iteration parity, since a fast
+  // peer may post the next slice's sums while this CTA still reads the current ones.
+  __shared__ __align__(16) double peer_sums[2][16][2];
+  __shared__ uint64_t sums_full[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int begin = rank * part;
@@ -143,17 +178,34 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
 
   if (tid == 0) {
     for (int k = 0; k < nchunks; ++k) mbarrier_init(&chunk_full[k], 1);
+    mbarrier_init(&sums_full[0], 1);
+    mbarrier_init(&sums_full[1], 1);
+    // Armed before any peer can post: each phase completes once every peer's 16 bytes have landed.
+    mbarrier_expect_bytes(&sums_full[0], 16u * static_cast<uint32_t>(cluster_size));
+    mbarrier_expect_bytes(&sums_full[1], 16u * static_cast<uint32_t>(cluster_size));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  cluster.sync();  // every peer's mbarriers are initialised before anyone posts to them
   int64_t slice = blockIdx.x / cluster_size;
   if (lane == 0 && slice < slices)
     for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
+  // Where this CTA posts its sums in peer `lane` (warp 0, lanes < cluster_size post).
+  uint32_t post_slot[2] = {0, 0}, post_bar[2] = {0, 0};
+  if (warp == 0 && lane < cluster_size) {
+    for (int q = 0; q < 2; ++q) {
+      post_slot[q] = peer_smem(&peer_sums[q][rank][0], lane);
+      post_bar[q] = peer_smem(&sums_full[q], lane);
+    }
+  }
+  const uint32_t tail_bytes = static_cast<uint32_t>(end - tail_begin > 0 ? end - tail_begin : 0) * sizeof(T);
+  C K = slice < slices ? static_cast<C>(x[slice * static_cast<int64_t>(D)]) : C(0);
 
   for (uint32_t it = 0; slice < slices; slice += clusters, ++it) {
     const T* xs = x + slice * static_cast<int64_t>(D);
     T* ys = y + slice * static_cast<int64_t>(D);
-    const C K = static_cast<C>(xs[0]);
+    const int64_t next = slice + clusters;
+    // The tail goes to L2 in the background while the registers and chunks are summed.
+    if (tid == 0 && tail_bytes > 0) prefetch_l2(xs + tail_begin, tail_bytes);
 
     // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
     //    registers, then stream the tail through L2 (kept there for the second read).
@@ -197,29 +249,21 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       ss += lss;
     }
 
-    // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
+    // 2. exchange: the CTA sums are posted into every peer's shared memory (st.async, counted on the
+    //    peer's mbarrier); each CTA waits for all of them and adds them up in rank order.
     block_sum2(s, ss, scratch);
-    if (tid == 0) {
-      cta_sums[it & 1u][0] = s;
-      cta_sums[it & 1u][1] = ss;
+    if (warp == 0 && lane < cluster_size) post_pair(post_slot[it & 1u], post_bar[it & 1u], s, ss);
+    const C K_next = next < slices ? static_cast<C>(x[next * static_cast<int64_t>(D)]) : C(0);
+    mbarrier_wait_parity_cluster(&sums_full[it & 1u], (it >> 1) & 1u);
+    double slice_s = 0, slice_ss = 0;
+    for (int q = 0; q < cluster_size; ++q) {
+      slice_s += peer_sums[it & 1u][q][0];
+      slice_ss += peer_sums[it & 1u][q][1];
     }
-    cluster.sync();
-    if (warp == 0) {
-      double rs = 0, rss = 0;
-      if (lane < cluster_size) {
-        const double* remote = cluster.map_shared_rank(&cta_sums[it & 1u][0], lane);
-        rs = remote[0];
-        rss = remote[1];
-      }
-      rs = warp_sum(rs);
-      rss = warp_sum(rss);
-      if (lane == 0) {
-        slice_sums[0] = rs;
-        slice_sums[1] = rss;
-      }
-    }
-    __syncthreads();
-    const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
+    // Re-arm this parity for iteration it + 2. No peer can post for it + 2 before this CTA has posted
+    // for it + 1, which happens after a CTA barrier that every thread reaches only after the reads above.
+    if (tid == 0) mbarrier_expect_bytes(&sums_full[it & 1u], 16u * static_cast<uint32_t>(cluster_size));
+    const SliceNorm<C> nrm = norm_from_sums<C>(slice_s, slice_ss, static_cast<double>(D), K, eps);
     if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
     const int64_t c0 = (slice % G) * channels_per_group;
     const C* wg = AFFINE ? w + c0 : w;
@@ -247,7 +291,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
         store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
                                                                                 channel_per_vec, wg, bg, nrm));
     }
-    const int64_t next = slice + clusters;
     for (int k = warp; k < nchunks; k += warps) {
       const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
       for (int e = lane * VEC; e < len; e += 32 * VEC) {
@@ -259,8 +302,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       __syncwarp();  // every lane has read the chunk: it may be overwritten
       if (lane == 0 && next < slices) fill_chunk(k, next);
     }
+    K = K_next;
   }
-  cluster.sync();  // shared memory must outlive every peer's read of cta_sums
+  cluster.sync();  // no CTA leaves while a peer may still post into its shared memory
 #endif
 }
 
