@@ -122,8 +122,8 @@ TIMING_ROWS = {
     "mid": [((16, 64, 256, 256), 8, torch.float32), ((16, 64, 256, 256), 8, torch.bfloat16),
             ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
 }
-VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0", "streamed:smem_kb=160",
-            "streamed:cluster=8"]
+VARIANTS = ["auto", "split", "resident", "streamed", "streamed:prefetch=1", "streamed:reg_vecs=0",
+            "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8"]
 
 
 def timings(ops, row_sets: list[str]) -> None:

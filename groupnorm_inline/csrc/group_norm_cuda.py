@@ -625,6 +625,7 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
     opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
+    opt.prefetch_tail = plan_option(plan, "prefetch", 0) != 0;
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
   } else if (name == "fused") {

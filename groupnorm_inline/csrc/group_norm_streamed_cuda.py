@@ -131,6 +131,39 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, ui
 }
 #endif
 
+// y = (x - K) * a + shift for the channel last seen by this thread: the integer division that finds a
+// vector's channel runs only when the thread's vectors move into another channel (a chunk usually lies
+// in one), instead of once per vector. Vectors that straddle two channels take normalize_vec.
+template <typename T, int VEC, bool AFFINE>
+struct ChannelCache {
+  using C = typename Compute<T>::type;
+  int lo = 1, hi = 0;  // slice offsets [lo, hi) of the cached channel; empty at first
+  C a = 0, shift = 0;
+
+  __device__ __forceinline__ Vec<T, VEC> apply(const Vec<T, VEC>& v, int j, int HW, const C* __restrict__ w,
+                                               const C* __restrict__ b, const SliceNorm<C>& n) {
+    if (!AFFINE) {
+      const C s = -n.mean_k * n.rstd;
+      Vec<T, VEC> out;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * n.rstd + s);
+      return out;
+    }
+    if (j < lo || j + VEC > hi) {
+      const int c = j / HW;
+      if ((c + 1) * HW < j + VEC) return normalize_vec<T, int, VEC, AFFINE>(v, j, HW, false, w, b, n);
+      lo = c * HW;
+      hi = lo + HW;
+      a = n.rstd * w[c];
+      shift = b[c] - n.mean_k * a;
+    }
+    Vec<T, VEC> out;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + shift);
+    return out;
+  }
+};
+
 // x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
 // part, smem_elems, chunk_elems: multiples of VEC. Grid: clusters * CS CTAs of kStreamThreads.
 template <typename T, int VEC, bool AFFINE>
@@ -138,7 +171,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps) {
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, bool prefetch_tail, double eps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
@@ -204,8 +237,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* xs = x + slice * static_cast<int64_t>(D);
     T* ys = y + slice * static_cast<int64_t>(D);
     const int64_t next = slice + clusters;
-    // The tail goes to L2 in the background while the registers and chunks are summed.
-    if (tid == 0 && tail_bytes > 0) prefetch_l2(xs + tail_begin, tail_bytes);
+    // Optionally the tail goes to L2 in the background while the registers and chunks are summed (it then
+    // stays in L2 longer, so other tails may be evicted: measured, not the default).
+    if (prefetch_tail && tid == 0 && tail_bytes > 0) prefetch_l2(xs + tail_begin, tail_bytes);
 
     // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
     //    registers, then stream the tail through L2 (kept there for the second read).
@@ -268,7 +302,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const int64_t c0 = (slice % G) * channels_per_group;
     const C* wg = AFFINE ? w + c0 : w;
     const C* bg = AFFINE ? b + c0 : b;
-    const bool channel_per_vec = (HW % VEC) == 0;
+    ChannelCache<T, VEC, AFFINE> cache;  // per slice: the constants depend on the slice's statistics
 
     // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
     //    each refilled with the next slice as soon as its warp has read it.
@@ -281,23 +315,20 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       for (int u = 0; u < kUnroll; ++u)
         if (j + u * stride < end)
           store_vec_streaming<T, VEC>(ys + j + u * stride,
-                                      normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
-                                                                         channel_per_vec, wg, bg, nrm));
+                                      cache.apply(as_vec<T, VEC>(v[u]), j + u * stride, HW, wg, bg, nrm));
     }
 #pragma unroll
     for (int u = 0; u < kStreamRegVecs; ++u) {
       const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
       if (u < reg_vecs && j < tail_begin)
-        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
-                                                                                channel_per_vec, wg, bg, nrm));
+        store_vec_streaming<T, VEC>(ys + j, cache.apply(as_vec<T, VEC>(r[u]), j, HW, wg, bg, nrm));
     }
     for (int k = warp; k < nchunks; k += warps) {
       const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
       for (int e = lane * VEC; e < len; e += 32 * VEC) {
         const int j = begin + off + e;
-        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
-                                                *reinterpret_cast<const V*>(buf + off + e), j, HW, channel_per_vec,
-                                                wg, bg, nrm));
+        store_vec_streaming<T, VEC>(ys + j, cache.apply(*reinterpret_cast<const V*>(buf + off + e), j, HW, wg, bg,
+                                                        nrm));
       }
       __syncwarp();  // every lane has read the chunk: it may be overwritten
       if (lane == 0 && next < slices) fill_chunk(k, next);
@@ -362,6 +393,7 @@ struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
   int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
   int reg_vecs = kStreamRegVecs;
+  bool prefetch_tail = false;
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -398,7 +430,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps));
+                                      opt.prefetch_tail, pr.eps));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
