@@ -122,7 +122,7 @@ TIMING_ROWS = {
     "mid": [((16, 64, 256, 256), 8, torch.float32), ((16, 64, 256, 256), 8, torch.bfloat16),
             ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
 }
-VARIANTS = ["auto", "split", "resident", "streamed", "streamed:prefetch=1", "streamed:reg_vecs=0",
+VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8"]
 
 

@@ -399,3 +399,67 @@ def test_kernelbench_35_full_shape():
                                       model.gn.bias.detach())
     del x, out_again
     torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------ every plan forced on small inputs
+
+# (plan, shape, num_groups): inputs on which each plan's own edge cases run when the plan is forced through
+# `group_norm_forward_with_plan` (the automatic choice would take another plan for most of them).
+FORCED_PLAN_CASES = [
+    ("small", (7, 6, 1), 3),
+    ("resident", (3, 8, 100, 100), 2),
+    ("streamed", (3, 8, 100, 100), 2),                          # each part whole in shared memory
+    ("streamed", (5, 6, 37, 20), 3),                            # parts of 96 elements, the last one shorter
+    ("streamed", (3, 10, 4), 1),                                # D = 40: trailing cluster ranks own nothing
+    ("streamed", (200, 4, 32, 32), 2),                          # 400 slices: many per persistent cluster
+    ("streamed:smem_kb=16,reg_vecs=2", (4, 8, 256, 256), 2),    # shared memory, registers and L2 tail
+    ("streamed:smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),   # vectors straddle channels
+    ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),     # mostly L2 tail
+    ("streamed:cluster=8", (10, 8, 300, 300), 2),
+    ("fused", (3, 8, 100, 100), 2),
+    ("split", (3, 8, 100, 100), 2),
+]
+
+
+def _is_hopper() -> bool:
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("plan, shape, num_groups", FORCED_PLAN_CASES, ids=str)
+def test_forced_plan_against_float64(plan, shape, num_groups, dtype):
+    if plan.startswith("streamed") and not _is_hopper():
+        pytest.skip("the streamed plan needs thread-block clusters and bulk copies (sm_90+)")
+    from groupnorm_inline.extension import load
+
+    for mean_offset in (0.0, 1e4):  # |mean| >> std as well
+        x = make_input(shape, dtype, device="cuda")
+        if mean_offset:
+            x = (x.float() + mean_offset).to(dtype)
+        weight, bias = make_params(shape[1], "float32 params" if dtype != torch.float32 else "affine", dtype,
+                                   device="cuda")
+        x_before = x.clone()
+        poison_cuda_allocator(x.numel() * x.element_size())
+        out, mean, rstd = load().group_norm_forward_with_plan(x, num_groups, weight, bias, 1e-5, plan)
+        assert_close_to_float64_slicewise(out, mean, rstd, x, num_groups, weight, bias)
+        assert_bitwise_equal(x, x_before, "input")
+
+
+def test_forced_plan_errors():
+    from groupnorm_inline.extension import load
+
+    x = torch.rand(4, 8, 16, 16, device="cuda")
+    with pytest.raises(RuntimeError, match="unknown plan 'bogus'"):
+        load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "bogus")
+    with pytest.raises(RuntimeError, match=r"plan 'small' cannot take slices of 1024 elements \(8 slices"):
+        load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "small")
+
+
+def test_streamed_plan_takes_large_parts():
+    """Slices of 8 MB in float32 (the #35 kind) take the one-read streamed plan on Hopper; the same slices in
+    bfloat16 (parts of 256 KB per CTA) stay with the two-read split plan, which measured faster there."""
+    if not _is_hopper():
+        pytest.skip("sm_90+ only")
+    x = torch.empty(16, 64, 512, 512, device="cuda")
+    assert plan_kind(forward_plan(x, 8)) == ("streamed", True), forward_plan(x, 8)
+    assert plan_kind(forward_plan(x.bfloat16(), 8))[0] in ("split", "fused"), forward_plan(x.bfloat16(), 8)

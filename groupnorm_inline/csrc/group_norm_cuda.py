@@ -11,6 +11,9 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             distributed shared memory, then each CTA normalises its part from shared memory. One HBM
             read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
             one CTA's loads overlap another's stores.
+  streamed  larger slices on sm_90+, parts of >= 384 KB per CTA of a 16-CTA cluster, tails that fit L2:
+            persistent clusters hold each CTA's part in shared memory (bulk async copies), registers
+            and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in float32)
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
@@ -625,7 +628,6 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
     opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
-    opt.prefetch_tail = plan_option(plan, "prefetch", 0) != 0;
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
   } else if (name == "fused") {

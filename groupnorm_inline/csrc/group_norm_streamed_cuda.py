@@ -19,6 +19,13 @@ The exchange is the resident plan's: CTA sums through distributed shared memory,
 global-memory synchronisation. For #35 in float32 (8 MB slices, 512 KB parts) that is ~220 KB in shared
 memory, 128 KB in registers and ~160 KB in L2 per CTA, ~20 MB of tails in L2 for 8 clusters.
 
+When it pays (the automatic choice): each slice round costs a fixed ~15 us that a two-read plan does not
+pay (cluster barrier, refilling the pipeline after the exchange; measured on an H100, where #35 in
+float32 ran 6.92 ms streamed against 7.86 ms split and a 5.0 ms copy), while it saves one read of the
+slice. With parts of 512 KB (#35 float32) the saved read is worth more than the fixed cost; with parts of
+256 KB (#35 bfloat16: 4.35 ms streamed, 3.92 ms split) it is not. The plan is therefore taken for parts
+of at least 384 KB per CTA, and only while the L2 tails of all clusters fit half the L2.
+
 Numerics as in the other plans: shifted sums (K = the slice's first element) in float per chunk, folded
 into double per thread, combined in double.
 """
@@ -29,6 +36,7 @@ STREAMED_FORWARD_CUDA = r"""
 constexpr int kStreamThreads = 512;
 constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
+constexpr int64_t kStreamMinPartBytes = 384 * 1024;  // smaller parts: a two-read plan is faster (see above)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -87,39 +95,6 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t par
       : "memory");
 }
 
-// Waits with cluster-scope acquire: peers complete these phases with st.async.
-__device__ __forceinline__ void mbarrier_wait_parity_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
-}
-
-// The shared::cluster address of `p` (a __shared__ variable) in the CTA of cluster rank `rank`.
-__device__ __forceinline__ uint32_t peer_smem(const void* p, int rank) {
-  uint32_t out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(smem_u32(p)), "r"(rank));
-  return out;
-}
-
-// Writes (a, b) into a peer's shared memory and counts the 16 bytes on the peer's mbarrier. Unlike a
-// cluster barrier with release semantics, this does not wait for this thread's earlier global stores.
-__device__ __forceinline__ void post_pair(uint32_t peer_slot, uint32_t peer_bar, double a, double b) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];"
-               ::"r"(peer_slot), "d"(a), "d"(b), "r"(peer_bar)
-               : "memory");
-}
-
-// Starts pulling [p, p + bytes) into L2 (bytes a multiple of 16, p 16-byte aligned); no registers held.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into this CTA's
 // shared memory, counted on `bar`.
 __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
@@ -131,39 +106,6 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, ui
 }
 #endif
 
-// y = (x - K) * a + shift for the channel last seen by this thread: the integer division that finds a
-// vector's channel runs only when the thread's vectors move into another channel (a chunk usually lies
-// in one), instead of once per vector. Vectors that straddle two channels take normalize_vec.
-template <typename T, int VEC, bool AFFINE>
-struct ChannelCache {
-  using C = typename Compute<T>::type;
-  int lo = 1, hi = 0;  // slice offsets [lo, hi) of the cached channel; empty at first
-  C a = 0, shift = 0;
-
-  __device__ __forceinline__ Vec<T, VEC> apply(const Vec<T, VEC>& v, int j, int HW, const C* __restrict__ w,
-                                               const C* __restrict__ b, const SliceNorm<C>& n) {
-    if (!AFFINE) {
-      const C s = -n.mean_k * n.rstd;
-      Vec<T, VEC> out;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * n.rstd + s);
-      return out;
-    }
-    if (j < lo || j + VEC > hi) {
-      const int c = j / HW;
-      if ((c + 1) * HW < j + VEC) return normalize_vec<T, int, VEC, AFFINE>(v, j, HW, false, w, b, n);
-      lo = c * HW;
-      hi = lo + HW;
-      a = n.rstd * w[c];
-      shift = b[c] - n.mean_k * a;
-    }
-    Vec<T, VEC> out;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + shift);
-    return out;
-  }
-};
-
 // x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
 // part, smem_elems, chunk_elems: multiples of VEC. Grid: clusters * CS CTAs of kStreamThreads.
 template <typename T, int VEC, bool AFFINE>
@@ -171,7 +113,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, bool prefetch_tail, double eps) {
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
@@ -184,10 +126,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
   T* buf = reinterpret_cast<T*>(streamed_smem);
   __shared__ uint64_t chunk_full[kStreamMaxChunks];
   __shared__ double scratch[64];
-  // Every CTA's (s, ss) of the slice, written by the peers themselves; by iteration parity, since a fast
-  // peer may post the next slice's sums while this CTA still reads the current ones.
-  __shared__ __align__(16) double peer_sums[2][16][2];
-  __shared__ uint64_t sums_full[2];
+  __shared__ double cta_sums[2][2];  // by iteration parity: a peer may still read the previous one
+  __shared__ double slice_sums[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int begin = rank * part;
@@ -211,35 +151,17 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
 
   if (tid == 0) {
     for (int k = 0; k < nchunks; ++k) mbarrier_init(&chunk_full[k], 1);
-    mbarrier_init(&sums_full[0], 1);
-    mbarrier_init(&sums_full[1], 1);
-    // Armed before any peer can post: each phase completes once every peer's 16 bytes have landed.
-    mbarrier_expect_bytes(&sums_full[0], 16u * static_cast<uint32_t>(cluster_size));
-    mbarrier_expect_bytes(&sums_full[1], 16u * static_cast<uint32_t>(cluster_size));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  cluster.sync();  // every peer's mbarriers are initialised before anyone posts to them
+  __syncthreads();
   int64_t slice = blockIdx.x / cluster_size;
   if (lane == 0 && slice < slices)
     for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
-  // Where this CTA posts its sums in peer `lane` (warp 0, lanes < cluster_size post).
-  uint32_t post_slot[2] = {0, 0}, post_bar[2] = {0, 0};
-  if (warp == 0 && lane < cluster_size) {
-    for (int q = 0; q < 2; ++q) {
-      post_slot[q] = peer_smem(&peer_sums[q][rank][0], lane);
-      post_bar[q] = peer_smem(&sums_full[q], lane);
-    }
-  }
-  const uint32_t tail_bytes = static_cast<uint32_t>(end - tail_begin > 0 ? end - tail_begin : 0) * sizeof(T);
-  C K = slice < slices ? static_cast<C>(x[slice * static_cast<int64_t>(D)]) : C(0);
 
   for (uint32_t it = 0; slice < slices; slice += clusters, ++it) {
     const T* xs = x + slice * static_cast<int64_t>(D);
     T* ys = y + slice * static_cast<int64_t>(D);
-    const int64_t next = slice + clusters;
-    // Optionally the tail goes to L2 in the background while the registers and chunks are summed (it then
-    // stays in L2 longer, so other tails may be evicted: measured, not the default).
-    if (prefetch_tail && tid == 0 && tail_bytes > 0) prefetch_l2(xs + tail_begin, tail_bytes);
+    const C K = static_cast<C>(xs[0]);
 
     // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
     //    registers, then stream the tail through L2 (kept there for the second read).
@@ -283,26 +205,34 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       ss += lss;
     }
 
-    // 2. exchange: the CTA sums are posted into every peer's shared memory (st.async, counted on the
-    //    peer's mbarrier); each CTA waits for all of them and adds them up in rank order.
+    // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
     block_sum2(s, ss, scratch);
-    if (warp == 0 && lane < cluster_size) post_pair(post_slot[it & 1u], post_bar[it & 1u], s, ss);
-    const C K_next = next < slices ? static_cast<C>(x[next * static_cast<int64_t>(D)]) : C(0);
-    mbarrier_wait_parity_cluster(&sums_full[it & 1u], (it >> 1) & 1u);
-    double slice_s = 0, slice_ss = 0;
-    for (int q = 0; q < cluster_size; ++q) {
-      slice_s += peer_sums[it & 1u][q][0];
-      slice_ss += peer_sums[it & 1u][q][1];
+    if (tid == 0) {
+      cta_sums[it & 1u][0] = s;
+      cta_sums[it & 1u][1] = ss;
     }
-    // Re-arm this parity for iteration it + 2. No peer can post for it + 2 before this CTA has posted
-    // for it + 1, which happens after a CTA barrier that every thread reaches only after the reads above.
-    if (tid == 0) mbarrier_expect_bytes(&sums_full[it & 1u], 16u * static_cast<uint32_t>(cluster_size));
-    const SliceNorm<C> nrm = norm_from_sums<C>(slice_s, slice_ss, static_cast<double>(D), K, eps);
+    cluster.sync();
+    if (warp == 0) {
+      double rs = 0, rss = 0;
+      if (lane < cluster_size) {
+        const double* remote = cluster.map_shared_rank(&cta_sums[it & 1u][0], lane);
+        rs = remote[0];
+        rss = remote[1];
+      }
+      rs = warp_sum(rs);
+      rss = warp_sum(rss);
+      if (lane == 0) {
+        slice_sums[0] = rs;
+        slice_sums[1] = rss;
+      }
+    }
+    __syncthreads();
+    const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
     if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
     const int64_t c0 = (slice % G) * channels_per_group;
     const C* wg = AFFINE ? w + c0 : w;
     const C* bg = AFFINE ? b + c0 : b;
-    ChannelCache<T, VEC, AFFINE> cache;  // per slice: the constants depend on the slice's statistics
+    const bool channel_per_vec = (HW % VEC) == 0;
 
     // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
     //    each refilled with the next slice as soon as its warp has read it.
@@ -315,27 +245,30 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       for (int u = 0; u < kUnroll; ++u)
         if (j + u * stride < end)
           store_vec_streaming<T, VEC>(ys + j + u * stride,
-                                      cache.apply(as_vec<T, VEC>(v[u]), j + u * stride, HW, wg, bg, nrm));
+                                      normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
+                                                                         channel_per_vec, wg, bg, nrm));
     }
 #pragma unroll
     for (int u = 0; u < kStreamRegVecs; ++u) {
       const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
       if (u < reg_vecs && j < tail_begin)
-        store_vec_streaming<T, VEC>(ys + j, cache.apply(as_vec<T, VEC>(r[u]), j, HW, wg, bg, nrm));
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
+                                                                                channel_per_vec, wg, bg, nrm));
     }
+    const int64_t next = slice + clusters;
     for (int k = warp; k < nchunks; k += warps) {
       const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
       for (int e = lane * VEC; e < len; e += 32 * VEC) {
         const int j = begin + off + e;
-        store_vec_streaming<T, VEC>(ys + j, cache.apply(*reinterpret_cast<const V*>(buf + off + e), j, HW, wg, bg,
-                                                        nrm));
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
+                                                *reinterpret_cast<const V*>(buf + off + e), j, HW, channel_per_vec,
+                                                wg, bg, nrm));
       }
       __syncwarp();  // every lane has read the chunk: it may be overwritten
       if (lane == 0 && next < slices) fill_chunk(k, next);
     }
-    K = K_next;
   }
-  cluster.sync();  // no CTA leaves while a peer may still post into its shared memory
+  cluster.sync();  // shared memory must outlive every peer's read of cta_sums
 #endif
 }
 
@@ -393,7 +326,6 @@ struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
   int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
   int reg_vecs = kStreamRegVecs;
-  bool prefetch_tail = false;
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -418,6 +350,8 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     if (!ok) return false;
     // The second read of every tail must hit L2: admit the plan while the tails in flight fit half of it.
     if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
+    if (!opt.forced && static_cast<int64_t>(g.part) * static_cast<int64_t>(sizeof(T)) < kStreamMinPartBytes)
+      return false;
     if (pr.plan) {
       *pr.plan = "streamed: " + std::to_string(g.clusters) + " persistent clusters of " + std::to_string(g.cluster) +
                  " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
@@ -430,7 +364,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      opt.prefetch_tail, pr.eps));
+                                      pr.eps));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
