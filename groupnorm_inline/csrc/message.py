@@ -8,12 +8,19 @@ therefore assembled here from std::to_string and plain string concatenation, and
 TORCH_CHECK as one std::string, which c10 passes through without any stream:
 
     TORCH_CHECK(ok, gn_inline_msg::cat("expected ", n, " elements, got shape ", gn_inline_msg::shape(x)));
+
+Dtypes are named by `gn_inline_msg::dtype_name` ("Float", as a stream prints them) and devices by
+`Device::str()` ("cuda:0", formatted inside libc10). AT_DISPATCH's error for a dtype it has no case for is
+streamed too, so an operator refuses such dtypes first with `gn_inline_msg::not_implemented_for` (same
+words). Note that std::to_string prints a double with six decimals ("0.000010"), not as a stream would
+("1e-05"). tests/cxx_messages.py finds any other message form in the sources.
 """
 
 MESSAGE_HEADER = r"""
 // Guarded: several sources of one extension prepend this header.
 #ifndef GN_INLINE_MESSAGE_HEADER
 #define GN_INLINE_MESSAGE_HEADER
+#include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 #include <string>
 #include <type_traits>
@@ -38,6 +45,15 @@ inline std::string shape(c10::IntArrayRef sizes) {
     out += std::to_string(sizes[i]);
   }
   return out + "]";
+}
+
+// "Float", "Half", ... as PyTorch prints a dtype in C++ messages (c10::toString returns a literal).
+inline const char* dtype_name(c10::ScalarType type) { return c10::toString(type); }
+
+// The words of AT_DISPATCH's error for a dtype it has no case for: "\"op\" not implemented for 'Int'". That
+// error is formatted through a stream, so operators refuse such dtypes with this message before dispatching.
+inline std::string not_implemented_for(const char* op, c10::ScalarType type) {
+  return std::string("\"") + op + "\" not implemented for '" + dtype_name(type) + "'";
 }
 
 template <typename... Parts>
