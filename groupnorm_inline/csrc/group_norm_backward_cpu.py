@@ -24,12 +24,14 @@ This source is concatenated with the forward's C++ source into one translation u
 itself is defined there (TORCH_LIBRARY), so this one adds its schema with TORCH_LIBRARY_FRAGMENT.
 """
 
+from .message import MESSAGE_HEADER
+
 BACKWARD_SCHEMA = ("group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
                    "int num_groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
 
 # Argument checks shared by the CPU and CUDA kernels (inline, so both translation units may hold a copy),
 # then the CPU kernel. GN_NAMESPACE is replaced by `group_norm_cpu.with_namespace`.
-GROUP_NORM_BACKWARD_CHECKS = r"""
+GROUP_NORM_BACKWARD_CHECKS = MESSAGE_HEADER + r"""
 #ifndef GN_INLINE_BACKWARD_CHECKS
 #define GN_INLINE_BACKWARD_CHECKS
 #include <ATen/core/Tensor.h>
@@ -47,40 +49,57 @@ inline at::ScalarType param_grad_type(const at::Tensor& input, const std::option
   return (weight.has_value() && weight->defined()) ? weight->scalar_type() : input.scalar_type();
 }
 
+// The dtypes the kernels dispatch on. AT_DISPATCH's own error for others is formatted through a stream (see
+// message.py), so the operators refuse them first with its words (gn_inline_msg::not_implemented_for).
+inline bool dispatched_type(at::ScalarType type) {
+  return type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16;
+}
+
 // Raises, naming the argument, for anything the backward kernels cannot take.
 inline void check_backward_args(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
                                 const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                                 int64_t num_groups) {
-  TORCH_CHECK(input.dim() >= 2, "group_norm_backward: expected input with at least 2 dimensions, got ",
-              input.dim());
-  TORCH_CHECK(num_groups > 0, "group_norm_backward: expected num_groups > 0, got ", num_groups);
+  TORCH_CHECK(input.dim() >= 2,
+              gn_inline_msg::cat("group_norm_backward: expected input with at least 2 dimensions, got ", input.dim()));
+  TORCH_CHECK(num_groups > 0, gn_inline_msg::cat("group_norm_backward: expected num_groups > 0, got ", num_groups));
   const int64_t N = input.size(0), C = input.size(1);
-  TORCH_CHECK(C % num_groups == 0, "group_norm_backward: the number of channels ", C,
-              " is not divisible by num_groups=", num_groups);
-  TORCH_CHECK(grad_out.sizes() == input.sizes(), "group_norm_backward: expected grad_out of shape ",
-              input.sizes(), " (the input's), but got ", grad_out.sizes());
-  TORCH_CHECK(grad_out.scalar_type() == input.scalar_type(), "group_norm_backward: expected grad_out of dtype ",
-              input.scalar_type(), " (the input's), but got ", grad_out.scalar_type());
-  TORCH_CHECK(grad_out.device() == input.device(), "group_norm_backward: expected grad_out on ", input.device(),
-              " (the input's device), but got ", grad_out.device());
+  TORCH_CHECK(C % num_groups == 0, gn_inline_msg::cat("group_norm_backward: the number of channels ", C,
+                                                      " is not divisible by num_groups=", num_groups));
+  TORCH_CHECK(grad_out.sizes() == input.sizes(),
+              gn_inline_msg::cat("group_norm_backward: expected grad_out of shape ",
+                                 gn_inline_msg::shape(input.sizes()), " (the input's), but got ",
+                                 gn_inline_msg::shape(grad_out.sizes())));
+  TORCH_CHECK(grad_out.scalar_type() == input.scalar_type(),
+              gn_inline_msg::cat("group_norm_backward: expected grad_out of dtype ",
+                                 gn_inline_msg::dtype_name(input.scalar_type()), " (the input's), but got ",
+                                 gn_inline_msg::dtype_name(grad_out.scalar_type())));
+  TORCH_CHECK(grad_out.device() == input.device(),
+              gn_inline_msg::cat("group_norm_backward: expected grad_out on ", input.device().str(),
+                                 " (the input's device), but got ", grad_out.device().str()));
   const at::ScalarType acc = stats_type(input.scalar_type());
   for (const at::Tensor* stat : {&mean, &rstd}) {
     const char* name = stat == &mean ? "mean" : "rstd";
     TORCH_CHECK(stat->dim() == 2 && stat->size(0) == N && stat->size(1) == num_groups,
-                "group_norm_backward: expected ", name, " of shape [", N, ", ", num_groups, "], but got ",
-                stat->sizes());
-    TORCH_CHECK(stat->scalar_type() == acc, "group_norm_backward: expected ", name, " of dtype ", acc,
-                " for an input of dtype ", input.scalar_type(), ", but got ", stat->scalar_type());
-    TORCH_CHECK(stat->device() == input.device(), "group_norm_backward: expected ", name, " on ",
-                input.device(), ", but got ", stat->device());
+                gn_inline_msg::cat("group_norm_backward: expected ", name, " of shape [", N, ", ", num_groups,
+                                   "], but got ", gn_inline_msg::shape(stat->sizes())));
+    TORCH_CHECK(stat->scalar_type() == acc,
+                gn_inline_msg::cat("group_norm_backward: expected ", name, " of dtype ", gn_inline_msg::dtype_name(acc),
+                                   " for an input of dtype ", gn_inline_msg::dtype_name(input.scalar_type()),
+                                   ", but got ", gn_inline_msg::dtype_name(stat->scalar_type())));
+    TORCH_CHECK(stat->device() == input.device(),
+                gn_inline_msg::cat("group_norm_backward: expected ", name, " on ", input.device().str(),
+                                   ", but got ", stat->device().str()));
   }
   if (weight.has_value() && weight->defined()) {
-    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == C, "group_norm_backward: expected weight of shape [", C,
-                "], but got ", weight->sizes());
-    TORCH_CHECK(weight->device() == input.device(), "group_norm_backward: expected weight on ", input.device(),
-                ", but got ", weight->device());
+    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == C,
+                gn_inline_msg::cat("group_norm_backward: expected weight of shape [", C, "], but got ",
+                                   gn_inline_msg::shape(weight->sizes())));
+    TORCH_CHECK(weight->device() == input.device(),
+                gn_inline_msg::cat("group_norm_backward: expected weight on ", input.device().str(), ", but got ",
+                                   weight->device().str()));
     TORCH_CHECK(at::isFloatingType(weight->scalar_type()),
-                "group_norm_backward: expected a floating-point weight, but got ", weight->scalar_type());
+                gn_inline_msg::cat("group_norm_backward: expected a floating-point weight, but got ",
+                                   gn_inline_msg::dtype_name(weight->scalar_type())));
   }
 }
 
@@ -144,6 +163,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   using namespace gn_inline_backward;
   TORCH_CHECK(input.device().is_cpu(), "group_norm_backward_cpu: expected a CPU input");
   check_backward_args(grad_out, input, mean, rstd, weight, num_groups);
+  TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
+                              gn_inline_msg::not_implemented_for("group_norm_backward_cpu", input.scalar_type()));
   const int64_t N = input.size(0), C = input.size(1), G = num_groups, cpg = C / G;
   const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
   const at::ScalarType pdt = param_grad_type(input, weight);

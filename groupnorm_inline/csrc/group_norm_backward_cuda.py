@@ -35,7 +35,8 @@ cancel when |mean| >> std, and delta removes the saved mean's float32 rounding.
 from .common_cuda import COMMON_CUDA_HEADER
 from .group_norm_backward_cpu import GROUP_NORM_BACKWARD_CHECKS
 
-# Registers the CUDA kernel under GN_NAMESPACE (see group_norm_cpu.with_namespace).
+# Registers the CUDA kernel under GN_NAMESPACE (see group_norm_cpu.with_namespace). The shared checks start with
+# the message header (gn_inline_msg), which the host code below uses too.
 GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_BACKWARD_CHECKS + r"""
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -622,6 +623,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
     const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask) {
   TORCH_CHECK(input.is_cuda(), "group_norm_backward_cuda: expected a CUDA input");
   check_backward_args(grad_out, input, mean, rstd, weight, num_groups);
+  TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
+                              gn_inline_msg::not_implemented_for("group_norm_backward_cuda", input.scalar_type()));
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t N = input.size(0), C = input.size(1);
   const at::ScalarType acc = stats_type(input.scalar_type());

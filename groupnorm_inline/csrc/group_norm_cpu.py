@@ -5,6 +5,8 @@ The CPU kernels favour exactness over speed: statistics in double with two passe
 (mean, then centred sum of squares), one `at::parallel_for` task per (n, g) slice.
 """
 
+from .message import MESSAGE_HEADER
+
 # The torch.library namespace of the package's operators. Sources spell it GN_NAMESPACE, replaced by
 # `with_namespace`, so an exported single-file submission can register the same kernels under another
 # name in a process that has the package loaded too (a namespace can be defined only once).
@@ -28,7 +30,7 @@ WITH_PLAN_SCHEMA = ("group_norm_forward_with_plan(Tensor input, int num_groups, 
                     " float eps, str plan) -> (Tensor, Tensor, Tensor)")
 
 # CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
-GROUP_NORM_CPU_TEMPLATE = (r"""
+GROUP_NORM_CPU_TEMPLATE = MESSAGE_HEADER + (r"""
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <cmath>
@@ -71,11 +73,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
                                                                       const std::optional<at::Tensor>& bias,
                                                                       double eps) {
   TORCH_CHECK(input.device().is_cpu(), "group_norm_forward_cpu: expected a CPU input");
-  TORCH_CHECK(input.dim() >= 2, "Expected at least 2 dimensions for input tensor but received ", input.dim());
+  TORCH_CHECK(input.dim() >= 2, gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ",
+                                                    input.dim()));
   TORCH_CHECK(input.is_contiguous(), "group_norm_forward_cpu: expected a contiguous input");
   TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
-              "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
-              input.sizes(), " and num_groups=", num_groups);
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got "
+                                 "input of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=",
+                                 num_groups));
+  // AT_DISPATCH's own error for other dtypes is formatted through a stream (see message.py): same words here.
+  const at::ScalarType dtype = input.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf ||
+                                  dtype == at::kBFloat16,
+                              gn_inline_msg::not_implemented_for("group_norm_forward_cpu", dtype));
   const int64_t N = input.size(0), C = input.size(1);
   const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
   const at::ScalarType acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -91,7 +100,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
     b = bias->to(acc).contiguous();
     TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cpu: weight/bias must have C elements");
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "group_norm_forward_cpu", [&] {
     using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     forward_kernel<scalar_t, C_t>(input.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
                                   affine ? w.data_ptr<C_t>() : nullptr, affine ? b.data_ptr<C_t>() : nullptr,
