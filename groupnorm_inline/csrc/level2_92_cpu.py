@@ -38,6 +38,8 @@ division (absolute error below 4e-7; every output is a logsumexp of values of or
 tolerance of 1e-4 + 1e-4 * |out|, |out| ~ 5).
 """
 
+from .message import MESSAGE_HEADER
+
 # torch.library namespace of the #92 operator. The sources spell it GN_NAMESPACE, replaced by
 # `group_norm_cpu.with_namespace`, so an exported single file can register it under another name.
 P92_NAMESPACE = "groupnorm_inline_p92"
@@ -45,8 +47,9 @@ P92_NAMESPACE = "groupnorm_inline_p92"
 FUSED_SCHEMA = ("fused_forward(Tensor x, Tensor weight, Tensor bias, Tensor gn_weight, Tensor gn_bias, int groups, "
                 "float eps, bool store_conv, int conv_kernel=0) -> Tensor")
 
-# Shared by both translation units: the geometry of the decomposition and the element math.
-P92_COMMON_TEMPLATE = r"""
+# Shared by both translation units: error messages (gn_inline_msg), the geometry of the decomposition, the
+# element math and the argument checks.
+P92_COMMON_TEMPLATE = MESSAGE_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -176,39 +179,51 @@ P92_HD void lse_push(float& m, float& s, float r) {
 
 inline void check_conv_kernel(int64_t conv_kernel) {
   TORCH_CHECK(conv_kernel == kConvKernelDirect || conv_kernel == kConvKernelTf32x3,
-              "p92 fused_forward: conv_kernel must be 0 (direct float32) or 1 (tf32x3), got ", conv_kernel);
+              gn_inline_msg::cat("p92 fused_forward: conv_kernel must be 0 (direct float32) or 1 (tf32x3), got ",
+                                 conv_kernel));
 }
 
 // Host-side argument checks shared by the CPU and CUDA operators.
 inline void check_forward_args(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                const at::Tensor& gn_weight, const at::Tensor& gn_bias, int64_t groups) {
-  TORCH_CHECK(x.dim() == 4, "p92 fused_forward: expected a 4-D input (N, C, H, W), got shape ", x.sizes());
-  TORCH_CHECK(x.scalar_type() == at::kFloat, "p92 fused_forward: expected a float32 input, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 4, gn_inline_msg::cat("p92 fused_forward: expected a 4-D input (N, C, H, W), got shape ",
+                                               gn_inline_msg::shape(x.sizes())));
+  TORCH_CHECK(x.scalar_type() == at::kFloat, gn_inline_msg::cat("p92 fused_forward: expected a float32 input, got ",
+                                                                gn_inline_msg::dtype_name(x.scalar_type())));
   TORCH_CHECK(weight.dim() == 4 && weight.size(2) == kKernel && weight.size(3) == kKernel,
-              "p92 fused_forward: expected a (Cout, Cin, 3, 3) weight, got ", weight.sizes());
-  TORCH_CHECK(weight.size(1) == x.size(1), "Given groups=1, weight of size ", weight.sizes(), ", expected input",
-              x.sizes(), " to have ", weight.size(1), " channels, but got ", x.size(1), " channels instead");
+              gn_inline_msg::cat("p92 fused_forward: expected a (Cout, Cin, 3, 3) weight, got ",
+                                 gn_inline_msg::shape(weight.sizes())));
+  TORCH_CHECK(weight.size(1) == x.size(1),
+              gn_inline_msg::cat("Given groups=1, weight of size ", gn_inline_msg::shape(weight.sizes()),
+                                 ", expected input", gn_inline_msg::shape(x.sizes()), " to have ", weight.size(1),
+                                 " channels, but got ", x.size(1), " channels instead"));
   const int64_t Cout = weight.size(0);
-  TORCH_CHECK(Cout > 0 && weight.size(1) > 0, "p92 fused_forward: empty weight ", weight.sizes());
-  TORCH_CHECK(x.size(2) >= kKernel && x.size(3) >= kKernel, "Calculated padded input size per channel: (",
-              x.size(2), " x ", x.size(3), "). Kernel size: (3 x 3). Kernel size can't be greater than actual "
-              "input size");
-  TORCH_CHECK(groups > 0 && Cout % groups == 0, "Expected number of channels in input to be divisible by "
-              "num_groups, but got ", Cout, " channels and num_groups=", groups);
+  TORCH_CHECK(Cout > 0 && weight.size(1) > 0,
+              gn_inline_msg::cat("p92 fused_forward: empty weight ", gn_inline_msg::shape(weight.sizes())));
+  TORCH_CHECK(x.size(2) >= kKernel && x.size(3) >= kKernel,
+              gn_inline_msg::cat("Calculated padded input size per channel: (", x.size(2), " x ", x.size(3),
+                                 "). Kernel size: (3 x 3). Kernel size can't be greater than actual input size"));
+  TORCH_CHECK(groups > 0 && Cout % groups == 0,
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got ",
+                                 Cout, " channels and num_groups=", groups));
   const at::Tensor* vectors[] = {&bias, &gn_weight, &gn_bias};
   const char* names[] = {"bias", "gn_weight", "gn_bias"};
   for (int i = 0; i < 3; ++i) {
-    TORCH_CHECK(vectors[i]->dim() == 1 && vectors[i]->size(0) == Cout, "p92 fused_forward: expected ", names[i],
-                " of shape [", Cout, "], got ", vectors[i]->sizes());
-    TORCH_CHECK(vectors[i]->scalar_type() == at::kFloat, "p92 fused_forward: expected ", names[i],
-                " to be float32, got ", vectors[i]->scalar_type());
+    TORCH_CHECK(vectors[i]->dim() == 1 && vectors[i]->size(0) == Cout,
+                gn_inline_msg::cat("p92 fused_forward: expected ", names[i], " of shape [", Cout, "], got ",
+                                   gn_inline_msg::shape(vectors[i]->sizes())));
+    TORCH_CHECK(vectors[i]->scalar_type() == at::kFloat,
+                gn_inline_msg::cat("p92 fused_forward: expected ", names[i], " to be float32, got ",
+                                   gn_inline_msg::dtype_name(vectors[i]->scalar_type())));
   }
   const at::Tensor* all[] = {&weight, &bias, &gn_weight, &gn_bias};
   for (const at::Tensor* t : all)
-    TORCH_CHECK(t->device() == x.device(), "Expected all tensors to be on the same device, but found ", x.device(),
-                " and ", t->device());
-  TORCH_CHECK(weight.scalar_type() == at::kFloat, "p92 fused_forward: expected a float32 weight, got ",
-              weight.scalar_type());
+    TORCH_CHECK(t->device() == x.device(),
+                gn_inline_msg::cat("Expected all tensors to be on the same device, but found ", x.device().str(),
+                                   " and ", t->device().str()));
+  TORCH_CHECK(weight.scalar_type() == at::kFloat,
+              gn_inline_msg::cat("p92 fused_forward: expected a float32 weight, got ",
+                                 gn_inline_msg::dtype_name(weight.scalar_type())));
 }
 
 }  // namespace p92

@@ -9,8 +9,9 @@ convolution (store_conv). With conv_kernel 1 (and sm_80+, Cout <= 64, Cin <= 16)
 launches are the split-TF32 tensor-core kernel of `level2_92_tensor_core` instead (a persistent grid of
 256-thread CTAs over the same tiles, writing the same per-tile statistics).
 
-The template is the shared header, the direct kernels (P92_DIRECT_KERNELS), the tensor-core kernels
-(P92_TF32X3_KERNELS) and the host launcher (P92_HOST), in that order.
+The template is the shared header (which starts with the message helpers, gn_inline_msg), the direct kernels
+(P92_DIRECT_KERNELS), the tensor-core kernels (P92_TF32X3_KERNELS) and the host launcher (P92_HOST), in that
+order.
 
 The inner loop per (input channel, kernel row): three shared-memory loads give the 10 input values of
 the slot's 8 pixels, then per kernel column two broadcast 16-byte loads give the slice's 8 weights and
@@ -326,7 +327,7 @@ __global__ void __launch_bounds__(256) epilogue_stored_kernel(const float* __res
 template <int MODE>
 void launch_conv(const ConvArgs& a, cudaStream_t stream) {
   const int64_t blocks = a.g.N * a.g.tiles;
-  TORCH_CHECK(blocks <= INT_MAX, "p92 fused_forward: input too large (", blocks, " tiles)");
+  TORCH_CHECK(blocks <= INT_MAX, gn_inline_msg::cat("p92 fused_forward: input too large (", blocks, " tiles)"));
   const size_t smem = static_cast<size_t>(conv_smem_floats(a.g, MODE)) * sizeof(float);
   if (smem > 48 * 1024)
     C10_CUDA_CHECK(cudaFuncSetAttribute(conv_tile_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -382,8 +383,8 @@ at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, 
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const Geometry g = make_geometry(x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0));
-  TORCH_CHECK(g.slices <= kMaxSlices, "p92 fused_forward_cuda: at most ", kMaxSlices * kChannels,
-              " output channels, got ", g.Cout);
+  TORCH_CHECK(g.slices <= kMaxSlices, gn_inline_msg::cat("p92 fused_forward_cuda: at most ", kMaxSlices * kChannels,
+                                                         " output channels, got ", g.Cout));
   at::Tensor out = at::empty({g.N, 1, g.OH, g.OW}, x.options());
   if (g.N == 0) return out;
   const int device = x.get_device();
@@ -394,7 +395,8 @@ at::Tensor fused_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight, 
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
   // tf32x3 where it applies (sm_80+, Cout <= 64, Cin <= 16); the direct float32 kernel otherwise.
   const bool tensor_cores = conv_kernel == kConvKernelTf32x3 && tf32x3_supported(g, cc_major);
-  TORCH_CHECK(g.N * g.tiles <= INT_MAX, "p92 fused_forward: input too large (", g.N * g.tiles, " tiles)");
+  TORCH_CHECK(g.N * g.tiles <= INT_MAX,
+              gn_inline_msg::cat("p92 fused_forward: input too large (", g.N * g.tiles, " tiles)"));
 
   const at::Tensor wpack = pack_for(tensor_cores, g, wc, bc, stream);
   at::Tensor partial = at::empty({g.N * g.tiles * g.Cout * 2}, x.options());

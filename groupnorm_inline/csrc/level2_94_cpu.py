@@ -23,6 +23,8 @@ functions, same summation order of the parts, two sweeps over the group's values
 with double accumulators for the statistics.
 """
 
+from .message import MESSAGE_HEADER
+
 # torch.library namespace of the #94 operators. The sources spell it GN_NAMESPACE, replaced by
 # `group_norm_cpu.with_namespace`, so an exported single file can register them under another name.
 P94_NAMESPACE = "groupnorm_inline_p94"
@@ -32,8 +34,9 @@ EPILOGUE_SCHEMA = ("epilogue(Tensor[] parts, float[] part_scales, Tensor? row_sc
                    "Tensor linear_bias, Tensor bias, Tensor gn_weight, Tensor gn_bias, int num_groups, float eps)"
                    " -> Tensor")
 
-# Shared by both translation units: element functions (host and device) and argument checks (host).
-P94_COMMON_TEMPLATE = r"""
+# Shared by both translation units: error messages (gn_inline_msg), element functions (host and device) and
+# argument checks (host).
+P94_COMMON_TEMPLATE = MESSAGE_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -105,13 +108,15 @@ P94_HD float activation(float acc, float linear_bias, float bias) {
 
 // Argument checks shared by the CPU and CUDA epilogues (host only).
 inline void check_vector(const at::Tensor& t, const char* name, int64_t n, const at::Tensor& like) {
-  TORCH_CHECK(t.dim() == 1 && t.size(0) == n, "p94 epilogue: expected ", name, " of shape [", n, "], got ",
-              t.sizes());
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "p94 epilogue: expected ", name, " to be float32, got ",
-              t.scalar_type());
-  TORCH_CHECK(t.device() == like.device(), "Expected all tensors to be on the same device, but found ",
-              like.device(), " and ", t.device(), " (", name, ")");
-  TORCH_CHECK(t.is_contiguous(), "p94 epilogue: expected ", name, " to be contiguous");
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == n,
+              gn_inline_msg::cat("p94 epilogue: expected ", name, " of shape [", n, "], got ",
+                                 gn_inline_msg::shape(t.sizes())));
+  TORCH_CHECK(t.scalar_type() == at::kFloat, gn_inline_msg::cat("p94 epilogue: expected ", name, " to be float32, got ",
+                                                                gn_inline_msg::dtype_name(t.scalar_type())));
+  TORCH_CHECK(t.device() == like.device(),
+              gn_inline_msg::cat("Expected all tensors to be on the same device, but found ", like.device().str(),
+                                 " and ", t.device().str(), " (", name, ")"));
+  TORCH_CHECK(t.is_contiguous(), gn_inline_msg::cat("p94 epilogue: expected ", name, " to be contiguous"));
 }
 
 inline void check_epilogue_args(at::TensorList parts, at::ArrayRef<double> part_scales,
@@ -120,24 +125,29 @@ inline void check_epilogue_args(at::TensorList parts, at::ArrayRef<double> part_
                                 const at::Tensor& bias, const at::Tensor& gn_weight, const at::Tensor& gn_bias,
                                 int64_t num_groups) {
   TORCH_CHECK(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxParts),
-              "p94 epilogue: expected 1 to ", kMaxParts, " GEMM parts, got ", parts.size());
-  TORCH_CHECK(part_scales.size() == parts.size(), "p94 epilogue: got ", parts.size(), " parts but ",
-              part_scales.size(), " part scales");
+              gn_inline_msg::cat("p94 epilogue: expected 1 to ", kMaxParts, " GEMM parts, got ", parts.size()));
+  TORCH_CHECK(part_scales.size() == parts.size(), gn_inline_msg::cat("p94 epilogue: got ", parts.size(),
+                                                                     " parts but ", part_scales.size(),
+                                                                     " part scales"));
   const at::Tensor& first = parts[0];
-  TORCH_CHECK(first.dim() == 2, "p94 epilogue: expected 2-D GEMM parts, got shape ", first.sizes());
+  TORCH_CHECK(first.dim() == 2, gn_inline_msg::cat("p94 epilogue: expected 2-D GEMM parts, got shape ",
+                                                   gn_inline_msg::shape(first.sizes())));
   for (const at::Tensor& p : parts) {
-    TORCH_CHECK(p.sizes() == first.sizes(), "p94 epilogue: GEMM parts differ in shape: ", first.sizes(),
-                " and ", p.sizes());
-    TORCH_CHECK(p.scalar_type() == at::kFloat, "p94 epilogue: expected float32 GEMM parts, got ",
-                p.scalar_type());
-    TORCH_CHECK(p.device() == first.device(), "Expected all tensors to be on the same device, but found ",
-                first.device(), " and ", p.device());
+    TORCH_CHECK(p.sizes() == first.sizes(),
+                gn_inline_msg::cat("p94 epilogue: GEMM parts differ in shape: ", gn_inline_msg::shape(first.sizes()),
+                                   " and ", gn_inline_msg::shape(p.sizes())));
+    TORCH_CHECK(p.scalar_type() == at::kFloat, gn_inline_msg::cat("p94 epilogue: expected float32 GEMM parts, got ",
+                                                                  gn_inline_msg::dtype_name(p.scalar_type())));
+    TORCH_CHECK(p.device() == first.device(),
+                gn_inline_msg::cat("Expected all tensors to be on the same device, but found ",
+                                   first.device().str(), " and ", p.device().str()));
     TORCH_CHECK(p.is_contiguous(), "p94 epilogue: expected contiguous GEMM parts");
   }
   const int64_t M = first.size(0), N = first.size(1);
-  TORCH_CHECK(num_groups > 0, "Expected num groups to be greater than 0, got ", num_groups);
-  TORCH_CHECK(N % num_groups == 0, "Expected number of channels in input to be divisible by num_groups, "
-              "but got input of shape ", first.sizes(), " and num_groups=", num_groups);
+  TORCH_CHECK(num_groups > 0, gn_inline_msg::cat("Expected num groups to be greater than 0, got ", num_groups));
+  TORCH_CHECK(N % num_groups == 0,
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got input "
+                                 "of shape ", gn_inline_msg::shape(first.sizes()), " and num_groups=", num_groups));
   if (row_scale.has_value() && row_scale->defined()) check_vector(*row_scale, "row_scale", M, first);
   if (col_scale.has_value() && col_scale->defined()) check_vector(*col_scale, "col_scale", N, first);
   check_vector(linear_bias, "linear_bias", N, first);
@@ -147,11 +157,14 @@ inline void check_epilogue_args(at::TensorList parts, at::ArrayRef<double> part_
 }
 
 inline void check_split_args(const at::Tensor& src, int64_t format) {
-  TORCH_CHECK(src.dim() == 2, "p94 split_rows: expected a 2-D tensor, got shape ", src.sizes());
-  TORCH_CHECK(src.scalar_type() == at::kFloat, "p94 split_rows: expected float32, got ", src.scalar_type());
+  TORCH_CHECK(src.dim() == 2, gn_inline_msg::cat("p94 split_rows: expected a 2-D tensor, got shape ",
+                                                 gn_inline_msg::shape(src.sizes())));
+  TORCH_CHECK(src.scalar_type() == at::kFloat,
+              gn_inline_msg::cat("p94 split_rows: expected float32, got ",
+                                 gn_inline_msg::dtype_name(src.scalar_type())));
   TORCH_CHECK(src.is_contiguous(), "p94 split_rows: expected a contiguous tensor");
   TORCH_CHECK(format == kFormatTF32 || format == kFormatFP16,
-              "p94 split_rows: format must be 0 (tf32) or 1 (float16), got ", format);
+              gn_inline_msg::cat("p94 split_rows: format must be 0 (tf32) or 1 (float16), got ", format));
 }
 
 inline const float* optional_data(const std::optional<at::Tensor>& t) {

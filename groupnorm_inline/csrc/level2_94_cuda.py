@@ -287,7 +287,7 @@ std::tuple<at::Tensor, at::Tensor> split_rows_cuda(const at::Tensor& src, int64_
   check_split_args(src, format);
   const c10::cuda::CUDAGuard guard(src.device());
   const int64_t R = src.size(0), K = src.size(1);
-  TORCH_CHECK(R <= INT_MAX, "p94 split_rows: too many rows (", R, ")");
+  TORCH_CHECK(R <= INT_MAX, gn_inline_msg::cat("p94 split_rows: too many rows (", R, ")"));
   at::Tensor cat = at::empty({R, 2 * K}, src.options().dtype(format == kFormatTF32 ? at::kFloat : at::kHalf));
   at::Tensor scale = at::empty({R}, src.options());
   if (R == 0) return {cat, scale};
