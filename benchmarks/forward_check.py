@@ -33,6 +33,13 @@ def log(msg: str = "") -> None:
     LOG.append(msg)
 
 
+def write_log(out_dir: str, name: str) -> None:
+    """Everything `log` printed, to out_dir/name."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+
+
 def poison_allocator(nbytes: int) -> None:
     """Leave a NaN-filled block of `nbytes` in the caching allocator so the next allocation reuses it."""
     t = torch.full((nbytes // 4 + 1024,), float("nan"), device="cuda")
@@ -166,9 +173,7 @@ def main():
     if not args.no_compile:
         gm = math.exp(sum(math.log(r[1]) for r in ratios) / len(ratios))
         log(f"geomean speedup over compile: {gm:.2f}")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "forward_check.txt"), "w") as f:
-        f.write("\n".join(LOG) + "\n")
+    write_log(args.out, "forward_check.txt")
     return 0 if ok else 1
 
 

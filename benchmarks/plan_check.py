@@ -24,15 +24,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from forward_check import poison_allocator, reference, time_fn  # noqa: E402
+from forward_check import log, poison_allocator, reference, time_fn, write_log  # noqa: E402
 
-LOG: list[str] = []
 TOL = {torch.float32: 1e-4, torch.float64: 1e-9, torch.float16: 1e-2, torch.bfloat16: 6e-2}
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-    LOG.append(msg)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -179,9 +173,7 @@ def main() -> int:
     ok = True if args.no_check else correctness(ops, args.small)
     if not (args.small or args.no_timing):
         timings(ops, [r for r in args.rows.split(",") if r])
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "plan_check.txt"), "w") as f:
-        f.write("\n".join(LOG) + "\n")
+    write_log(args.out, "plan_check.txt")
     return 0 if ok else 1
 
 
