@@ -694,7 +694,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
     TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cuda: weight/bias must have C elements");
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cuda", [&] {
+  const at::ScalarType st = input.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
+                              gn_inline_msg::not_implemented_for("group_norm_forward_cuda", st));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_cuda", [&] {
     if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
     else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
   });
@@ -729,7 +732,10 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
   const int64_t HW = x.numel() / (x.size(0) * x.size(1));
   std::string plan;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "group_norm_forward_plan", [&] {
+  const at::ScalarType st = x.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
+                              gn_inline_msg::not_implemented_for("group_norm_forward_plan", st));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_plan", [&] {
     if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
     else forward_typed<scalar_t, false>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
   });
