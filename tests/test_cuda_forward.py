@@ -1,7 +1,8 @@
 """The CUDA forward against float64 (every test needs a GPU and is skipped cleanly without one).
 
 The CPU sweep again on the GPU, plus what only a GPU run shows: every launch plan of the kernels (small,
-resident, fused, split: `test_sweep_reaches_every_plan` keeps the sweep honest), 16-byte vector and element-wise
+resident, fused, split: `test_sweep_reaches_every_plan` keeps the sweep honest; every plan, streamed included,
+forced by name on edge-case inputs: `test_forced_plan_against_float64`), 16-byte vector and element-wise
 paths (misaligned data pointers, sizes not multiples of the vector width), tensors of more than 2^31 elements and
 4 GiB, the full KernelBench #35 shape, the current stream and the current device. Outputs are poisoned two ways before each call: the caching allocator is filled with
 freed NaN blocks of the output's size, and `poisoned_outputs` makes every empty/empty_like start as NaN; any
