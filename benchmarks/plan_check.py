@@ -1,6 +1,6 @@
 """GPU check of each forward launch plan forced by name, then timings of plan variants side by side.
 
-    python benchmarks/plan_check.py [--out DIR] [--small] [--no-timing] [--rows 35]
+    python benchmarks/plan_check.py [--out DIR] [--small] [--no-timing] [--rows 35] [--trace PLAN;PLAN]
 
 1. Correctness per plan: `group_norm_forward_with_plan` on shapes picked so the plan's edge cases run
    (parts that end mid-vector-row, empty trailing cluster ranks, shared-memory/register/L2 splits of a
@@ -9,6 +9,8 @@
    statistics (mean, rstd) are checked too.
 2. Timings (CUDA events, median of 20, L2 flushed when the working set is under 200 MB): for each row,
    a copy of the tensor, the automatic plan and each named variant, in this one process.
+3. `--trace`: per streamed-plan variant, where a slice round's time goes at the #35 shape (thread 0's
+   %globaltimer stamps per phase from `group_norm_streamed_trace`).
 `--small` runs only a few small cases (for compute-sanitizer). A log goes to DIR/plan_check.txt.
 """
 
@@ -87,6 +89,7 @@ CASES = [
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),   # mostly L2 tail
     ("streamed:reg_vecs=0", (4, 16, 512, 512), 2),
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
+    (STREAMED_FORCED_SMALL + ",tail_prefetch=1,smem_first=1,ahead_kb=16", (33, 6, 128, 129), 3),
     ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
     ("auto", (16, 64, 512, 512), 8),
 ]
@@ -117,7 +120,10 @@ TIMING_ROWS = {
             ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
 }
 VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
-            "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8"]
+            "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",
+            "streamed:tail_prefetch=1", "streamed:smem_first=1", "streamed:ahead_kb=64", "streamed:ahead_kb=128",
+            "streamed:tail_prefetch=1,smem_first=1", "streamed:tail_prefetch=1,smem_first=1,ahead_kb=128",
+            "streamed:smem_kb=160,smem_first=1", "streamed:cluster=8,smem_first=1,tail_prefetch=1"]
 
 
 def timings(ops, row_sets: list[str]) -> None:
@@ -149,6 +155,55 @@ def timings(ops, row_sets: list[str]) -> None:
             torch.cuda.empty_cache()
 
 
+# Stamps of group_norm_streamed_trace, in kernel order (kTracePoints in csrc/group_norm_streamed_cuda.py).
+TRACE_POINTS = ["start", "chunks summed", "registers summed", "tail summed", "CTA sums reduced",
+                "slice sums exchanged", "tail written", "registers written", "chunks written"]
+
+
+def trace_report(ops, plan: str, shape=(112, 64, 512, 512), G=8, dtype=torch.float32) -> None:
+    """Where one streamed round's time goes: thread 0's phase durations (mean over CTAs and rounds, first round
+    left out), how far apart the 16 CTAs of a cluster reach the exchange, and how far apart clusters run."""
+    x = torch.rand(shape, device="cuda").to(dtype)
+    ops.group_norm_streamed_trace(x, G, plan)  # warm-up
+    trace = ops.group_norm_streamed_trace(x, G, plan).cpu().double()  # (SMs, rounds, points), ns
+    ctas = int((trace[:, 0, 0] > 0).sum())
+    t = trace[:ctas]
+    rounds = int((t[0, :, 0] > 0).sum())
+    t = t[:, 1:rounds]  # the first round fills the pipeline
+    t0 = float(t[t > 0].min())
+    total_us = (float(trace[:ctas, :rounds].max()) - float(trace[:ctas, 0, 0].min())) / 1e3
+    log(f"trace {plan} {tuple(shape)} {dtype_name(dtype)}: {ctas} CTAs, {rounds} rounds traced, "
+        f"first stamp to last {total_us:.0f} us")
+    valid = (t > 0).all(dim=-1)
+    if int(valid.sum()) == 0:
+        log("  no complete rounds traced")
+        return
+    order = sorted(range(1, len(TRACE_POINTS)), key=lambda k: float(t[..., k][valid].mean()))
+    prev = 0
+    for k in order:
+        d = (t[..., k] - t[..., prev])[valid] / 1e3
+        log(f"  {TRACE_POINTS[prev]:>22s} -> {TRACE_POINTS[k]:<22s} mean {float(d.mean()):7.2f} us  "
+            f"p10 {float(d.quantile(0.1)):7.2f}  p90 {float(d.quantile(0.9)):7.2f}")
+        prev = k
+    nxt = t[:, 1:, 0] - t[:, :-1, 0]
+    nxt = nxt[(t[:, 1:, 0] > 0) & (t[:, :-1, 0] > 0)] / 1e3
+    log(f"  round (start to next start): mean {float(nxt.mean()):.2f} us, p10 {float(nxt.quantile(0.1)):.2f}, "
+        f"p90 {float(nxt.quantile(0.9)):.2f}")
+    csize = 16 if ctas % 16 == 0 and "cluster=8" not in plan else 8
+    arrive = t[..., 4].reshape(ctas // csize, csize, -1)  # CTA sums reduced, per cluster
+    ok = (arrive > 0).all(dim=1)
+    skew = (arrive.max(dim=1).values - arrive.min(dim=1).values)[ok] / 1e3
+    log(f"  spread of the {csize} CTAs of a cluster reaching the exchange: mean {float(skew.mean()):.2f} us, "
+        f"p90 {float(skew.quantile(0.9)):.2f}")
+    starts = t[::csize, :, 0]
+    ok = (starts > 0).all(dim=0)
+    spread = (starts.max(dim=0).values - starts.min(dim=0).values)[ok] / 1e3
+    log(f"  spread of round starts across clusters (same round index): mean {float(spread.mean()):.2f} us "
+        f"(0: lockstep; about one round: out of phase); t0 {t0:.0f}")
+    del x
+    torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -158,6 +213,8 @@ def main() -> int:
     ap.add_argument("--profile", metavar="PLAN",
                     help="run PLAN twice on (16, 64, 512, 512) G=8 float32 and exit (for ncu: the second call "
                     "is the one to read, e.g. ncu --launch-skip 1 ...)")
+    ap.add_argument("--trace", metavar="PLANS", default="",
+                    help="semicolon-separated streamed plans: phase trace of each at the #35 shape (fp32 and bf16)")
     ap.add_argument("--rows", default="35,mid", help="comma-separated timing row sets: " + ",".join(TIMING_ROWS))
     args = ap.parse_args()
     t0 = time.time()
@@ -171,6 +228,9 @@ def main() -> int:
         return 0
     log(f"device {torch.cuda.get_device_name()} torch {torch.__version__} import+build {time.time() - t0:.1f} s")
     ok = True if args.no_check else correctness(ops, args.small)
+    for plan in [p for p in args.trace.split(";") if p]:
+        for dtype in (torch.float32, torch.bfloat16):
+            trace_report(ops, plan, dtype=dtype)
     if not (args.small or args.no_timing):
         timings(ops, [r for r in args.rows.split(",") if r])
     write_log(args.out, "plan_check.txt")

@@ -430,6 +430,7 @@ struct Problem {
   cudaStream_t stream;
   std::string* plan = nullptr;  // when set: describe the chosen plan here and launch nothing
   const std::string* force = nullptr;  // when set and not "auto": take this plan or fail (tests, benchmarks)
+  int64_t* trace = nullptr;  // streamed plan only: phase timestamps (group_norm_streamed_trace)
 };
 
 template <typename T>
@@ -628,6 +629,9 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
     opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
+    opt.flags = (plan_option(plan, "tail_prefetch", 0) ? kStreamTailPrefetch : 0) |
+                (plan_option(plan, "smem_first", 0) ? kStreamSmemFirst : 0);
+    opt.ahead_bytes = std::max<int64_t>(0, plan_option(plan, "ahead_kb", 0)) * 1024;
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
   } else if (name == "fused") {
@@ -654,11 +658,11 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
                    at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
-                   std::string* plan = nullptr, const std::string* force = nullptr) {
+                   std::string* plan = nullptr, const std::string* force = nullptr, int64_t* trace = nullptr) {
   using C = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
-  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force};
+  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force, trace};
   Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
                 AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
@@ -669,7 +673,7 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, int64_t num_groups,
                                                             const std::optional<at::Tensor>& weight,
                                                             const std::optional<at::Tensor>& bias, double eps,
-                                                            const std::string* force) {
+                                                            const std::string* force, int64_t* trace = nullptr) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
   TORCH_CHECK(input.dim() >= 2,
               gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
@@ -698,8 +702,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
   TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
                               gn_inline_msg::not_implemented_for("group_norm_forward_cuda", st));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_cuda", [&] {
-    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
-    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force);
+    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
+    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
   });
   return {y, mean, rstd};
 }
@@ -717,6 +721,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_with_plan_cuda
     const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, double eps, const std::string& plan) {
   return forward_impl(input, num_groups, weight, bias, eps, &plan);
+}
+
+// Diagnostics of the streamed plan: runs `plan` (a "streamed[:options]" plan, no affine, eps 1e-5) once and
+// returns thread 0's %globaltimer stamps, int64 (SMs, kTraceRounds, kTracePoints): row = CTA index in the
+// grid, zeros for CTAs beyond the grid and rounds not run. See kTracePoints for what each stamp marks.
+at::Tensor group_norm_streamed_trace_cuda(const at::Tensor& input, int64_t num_groups, const std::string& plan) {
+  TORCH_CHECK(plan.rfind("streamed", 0) == 0,
+              gn_inline_msg::cat("group_norm_streamed_trace: expected a streamed plan, got '", plan, "'"));
+  TORCH_CHECK(input.is_cuda(), "group_norm_streamed_trace: expected a CUDA input");
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor trace = at::empty({device_info(input.get_device()).sms, kTraceRounds, kTracePoints},
+                               input.options().dtype(at::kLong));
+  trace.zero_();
+  forward_impl(input.contiguous(), num_groups, std::nullopt, std::nullopt, 1e-5, &plan, trace.data_ptr<int64_t>());
+  return trace;
 }
 
 // The plan group_norm_forward_cuda would take for this input (see the module docstring); launches nothing.
@@ -744,7 +763,13 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
 
 }  // namespace gn_inline
 
+// A CUDA-only diagnostics operator, defined here rather than beside the portable schemas.
+TORCH_LIBRARY_FRAGMENT(GN_NAMESPACE, m) {
+  m.def("group_norm_streamed_trace(Tensor input, int num_groups, str plan) -> Tensor");
+}
+
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
+  m.impl("group_norm_streamed_trace", &gn_inline::group_norm_streamed_trace_cuda);
   m.impl("group_norm_forward", &gn_inline::group_norm_forward_cuda);
   m.impl("group_norm_forward_plan", &gn_inline::group_norm_forward_plan_cuda);
   m.impl("group_norm_forward_with_plan", &gn_inline::group_norm_forward_with_plan_cuda);

@@ -37,6 +37,14 @@ constexpr int kStreamThreads = 512;
 constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
 constexpr int64_t kStreamMinPartBytes = 384 * 1024;  // smaller parts: a two-read plan is faster (see above)
+// Variant flags of gn_streamed (runtime, so one build compares them).
+constexpr int kStreamTailPrefetch = 1;  // bulk-prefetch this slice's L2 tail at the start of its round
+constexpr int kStreamSmemFirst = 2;     // write the shared-memory chunks first (their refills start sooner)
+// Phase trace (plan option trace=1; the diagnostics operator group_norm_streamed_trace): thread 0 of every
+// CTA stamps %globaltimer at these points of its first kTraceRounds rounds.
+constexpr int kTraceRounds = 256;
+constexpr int kTracePoints = 9;  // start, chunks summed, registers summed, tail summed, CTA sums reduced,
+                                 // slice sums exchanged, tail written, registers written, chunks written
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -104,6 +112,17 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, ui
       ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
+// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, no destination.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes, uint64_t policy) {
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src), "r"(bytes), "l"(policy)
+               : "memory");
+}
+
+__device__ __forceinline__ int64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+}
 #endif
 
 // x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
@@ -113,7 +132,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps) {
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int flags, int ahead_elems,
+    int64_t* __restrict__ trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
@@ -149,6 +169,18 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
                       evict_first);
   };
 
+  // Thread 0's view of the phases (trace != nullptr only for the diagnostics operator).
+  auto stamp = [&](uint32_t it, int point) {
+    if (trace != nullptr && tid == 0 && it < kTraceRounds)
+      trace[(static_cast<int64_t>(blockIdx.x) * kTraceRounds + it) * kTracePoints + point] = global_timer_ns();
+  };
+  // Thread 0 asks L2 for [from, to) of `slice` (element offsets in the slice), in pieces of at most 64 KB.
+  auto prefetch_l2 = [&](int64_t slice, int from, int to, uint64_t policy) {
+    for (int off = from; off < to; off += 65536 / static_cast<int>(sizeof(T)))
+      bulk_prefetch_l2(x + slice * static_cast<int64_t>(D) + off,
+                       static_cast<uint32_t>(min(to - off, 65536 / static_cast<int>(sizeof(T)))) * sizeof(T), policy);
+  };
+
   if (tid == 0) {
     for (int k = 0; k < nchunks; ++k) mbarrier_init(&chunk_full[k], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -162,6 +194,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* xs = x + slice * static_cast<int64_t>(D);
     T* ys = y + slice * static_cast<int64_t>(D);
     const C K = static_cast<C>(xs[0]);
+    const int64_t next = slice + clusters;
+    stamp(it, 0);
+    if ((flags & kStreamTailPrefetch) && tid == 0 && end > tail_begin) prefetch_l2(slice, tail_begin, end, evict_last);
 
     // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
     //    registers, then stream the tail through L2 (kept there for the second read).
@@ -181,6 +216,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       s += ls;
       ss += lss;
     }
+    stamp(it, 1);
     {
       C ls = 0, lss = 0;
 #pragma unroll
@@ -191,6 +227,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       s += ls;
       ss += lss;
     }
+    stamp(it, 2);
     const int stride = static_cast<int>(blockDim.x) * VEC;
     for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
       uint4 v[kUnroll];
@@ -205,8 +242,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       ss += lss;
     }
 
+    stamp(it, 3);
+    // Look-ahead: L2 starts fetching the next slice's register and tail range while this one is exchanged.
+    if (ahead_elems > 0 && tid == 0 && next < slices)
+      prefetch_l2(next, reg_begin, min(end, reg_begin + ahead_elems), evict_last);
+
     // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
     block_sum2(s, ss, scratch);
+    stamp(it, 4);
     if (tid == 0) {
       cta_sums[it & 1u][0] = s;
       cta_sums[it & 1u][1] = ss;
@@ -227,6 +270,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       }
     }
     __syncthreads();
+    stamp(it, 5);
     const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
     if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
     const int64_t c0 = (slice % G) * channels_per_group;
@@ -234,38 +278,56 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const C* bg = AFFINE ? b + c0 : b;
     const bool channel_per_vec = (HW % VEC) == 0;
 
-    // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
-    //    each refilled with the next slice as soon as its warp has read it.
-    for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
-      uint4 v[kUnroll];
+    // 3. normalise. Default order: the L2 tail first (shortest stay in L2), the registers, then the shared-
+    //    memory chunks, each refilled with the next slice as soon as its warp has read it. kStreamSmemFirst
+    //    writes the chunks first, so their refills overlap the register and tail writes.
+    auto write_tail = [&] {
+      for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
+        uint4 v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end)
-          store_vec_streaming<T, VEC>(ys + j + u * stride,
-                                      normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
-                                                                         channel_per_vec, wg, bg, nrm));
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamRegVecs; ++u) {
-      const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
-      if (u < reg_vecs && j < tail_begin)
-        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
-                                                                                channel_per_vec, wg, bg, nrm));
-    }
-    const int64_t next = slice + clusters;
-    for (int k = warp; k < nchunks; k += warps) {
-      const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
-      for (int e = lane * VEC; e < len; e += 32 * VEC) {
-        const int j = begin + off + e;
-        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
-                                                *reinterpret_cast<const V*>(buf + off + e), j, HW, channel_per_vec,
-                                                wg, bg, nrm));
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u * stride < end)
+            store_vec_streaming<T, VEC>(ys + j + u * stride,
+                                        normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
+                                                                           channel_per_vec, wg, bg, nrm));
       }
-      __syncwarp();  // every lane has read the chunk: it may be overwritten
-      if (lane == 0 && next < slices) fill_chunk(k, next);
+      stamp(it, 6);
+    };
+    auto write_registers = [&] {
+#pragma unroll
+      for (int u = 0; u < kStreamRegVecs; ++u) {
+        const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
+        if (u < reg_vecs && j < tail_begin)
+          store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
+                                                                                  channel_per_vec, wg, bg, nrm));
+      }
+      stamp(it, 7);
+    };
+    auto write_chunks = [&] {
+      for (int k = warp; k < nchunks; k += warps) {
+        const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
+        for (int e = lane * VEC; e < len; e += 32 * VEC) {
+          const int j = begin + off + e;
+          store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
+                                                  *reinterpret_cast<const V*>(buf + off + e), j, HW,
+                                                  channel_per_vec, wg, bg, nrm));
+        }
+        __syncwarp();  // every lane has read the chunk: it may be overwritten
+        if (lane == 0 && next < slices) fill_chunk(k, next);
+      }
+      stamp(it, 8);
+    };
+    if (flags & kStreamSmemFirst) {
+      write_chunks();
+      write_registers();
+      write_tail();
+    } else {
+      write_tail();
+      write_registers();
+      write_chunks();
     }
   }
   cluster.sync();  // shared memory must outlive every peer's read of cta_sums
@@ -326,6 +388,8 @@ struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
   int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
   int reg_vecs = kStreamRegVecs;
+  int flags = 0;             // kStreamTailPrefetch | kStreamSmemFirst
+  int64_t ahead_bytes = 0;   // per CTA: bytes of the next slice's register/tail range prefetched into L2
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -364,7 +428,8 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps));
+                                      pr.eps, opt.flags, static_cast<int>(opt.ahead_bytes / sizeof(T)) / VEC * VEC,
+                                      pr.trace));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
