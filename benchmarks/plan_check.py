@@ -89,7 +89,7 @@ CASES = [
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),   # mostly L2 tail
     ("streamed:reg_vecs=0", (4, 16, 512, 512), 2),
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
-    (STREAMED_FORCED_SMALL + ",tail_prefetch=1,smem_first=1,ahead_kb=16", (33, 6, 128, 129), 3),
+    (STREAMED_FORCED_SMALL + ",ahead_kb=16", (33, 6, 128, 129), 3),
     ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
     ("auto", (16, 64, 512, 512), 8),
 ]
@@ -121,9 +121,8 @@ TIMING_ROWS = {
 }
 VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",
-            "streamed:tail_prefetch=1", "streamed:smem_first=1", "streamed:ahead_kb=64", "streamed:ahead_kb=128",
-            "streamed:tail_prefetch=1,smem_first=1", "streamed:tail_prefetch=1,smem_first=1,ahead_kb=128",
-            "streamed:smem_kb=160,smem_first=1", "streamed:cluster=8,smem_first=1,tail_prefetch=1"]
+            "streamed:ahead_kb=64", "streamed:ahead_kb=256", "streamed:smem_kb=160,ahead_kb=256",
+            "streamed:smem_kb=96,ahead_kb=128", "streamed:cluster=8,ahead_kb=128"]
 
 
 def timings(ops, row_sets: list[str]) -> None:
@@ -146,6 +145,11 @@ def timings(ops, row_sets: list[str]) -> None:
                     continue
                 t = time_fn(lambda: ops.group_norm_forward_with_plan(x, G, w, b, 1e-5, plan), 20, flush)
                 line.append(f"{plan}={t:.4f} ({t / t_copy:.2f}x copy)")
+            try:  # the streamed plan without weight and bias: what the affine part of the write phase costs
+                t = time_fn(lambda: ops.group_norm_forward_with_plan(x, G, None, None, 1e-5, "streamed"), 20, flush)
+                line.append(f"streamed(no affine)={t:.4f} ({t / t_copy:.2f}x copy)")
+            except RuntimeError:
+                pass
             if dtype == torch.float32 or dtype == torch.bfloat16:
                 t_eager = time_fn(lambda: F.group_norm(x, G, w.to(dtype), b.to(dtype), 1e-5), 20, flush)
                 line.append(f"eager={t_eager:.4f}")

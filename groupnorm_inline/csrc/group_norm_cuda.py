@@ -38,6 +38,7 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + MESSAGE_HEADER + r"""
 #include <torch/library.h>
 #include <cooperative_groups.h>
 #include <string>
+#include <type_traits>
 
 namespace gn_inline {
 
@@ -629,8 +630,6 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
     opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
-    opt.flags = (plan_option(plan, "tail_prefetch", 0) ? kStreamTailPrefetch : 0) |
-                (plan_option(plan, "smem_first", 0) ? kStreamSmemFirst : 0);
     opt.ahead_bytes = std::max<int64_t>(0, plan_option(plan, "ahead_kb", 0)) * 1024;
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);

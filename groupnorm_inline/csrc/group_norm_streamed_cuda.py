@@ -37,9 +37,6 @@ constexpr int kStreamThreads = 512;
 constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
 constexpr int64_t kStreamMinPartBytes = 384 * 1024;  // smaller parts: a two-read plan is faster (see above)
-// Variant flags of gn_streamed (runtime, so one build compares them).
-constexpr int kStreamTailPrefetch = 1;  // bulk-prefetch this slice's L2 tail at the start of its round
-constexpr int kStreamSmemFirst = 2;     // write the shared-memory chunks first (their refills start sooner)
 // Phase trace (plan option trace=1; the diagnostics operator group_norm_streamed_trace): thread 0 of every
 // CTA stamps %globaltimer at these points of its first kTraceRounds rounds.
 constexpr int kTraceRounds = 256;
@@ -132,7 +129,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int flags, int ahead_elems,
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int ahead_elems,
     int64_t* __restrict__ trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -196,7 +193,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const C K = static_cast<C>(xs[0]);
     const int64_t next = slice + clusters;
     stamp(it, 0);
-    if ((flags & kStreamTailPrefetch) && tid == 0 && end > tail_begin) prefetch_l2(slice, tail_begin, end, evict_last);
 
     // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
     //    registers, then stream the tail through L2 (kept there for the second read).
@@ -243,9 +239,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     }
 
     stamp(it, 3);
-    // Look-ahead: L2 starts fetching the next slice's register and tail range while this one is exchanged.
+    // Look-ahead (option): L2 starts fetching the first `ahead_elems` of the next slice's part while this one
+    // is exchanged and written, so the refills of the chunks find them there.
     if (ahead_elems > 0 && tid == 0 && next < slices)
-      prefetch_l2(next, reg_begin, min(end, reg_begin + ahead_elems), evict_last);
+      prefetch_l2(next, begin, min(end, begin + ahead_elems), evict_first);
 
     // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
     block_sum2(s, ss, scratch);
@@ -278,10 +275,29 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const C* bg = AFFINE ? b + c0 : b;
     const bool channel_per_vec = (HW % VEC) == 0;
 
-    // 3. normalise. Default order: the L2 tail first (shortest stay in L2), the registers, then the shared-
-    //    memory chunks, each refilled with the next slice as soon as its warp has read it. kStreamSmemFirst
-    //    writes the chunks first, so their refills overlap the register and tail writes.
-    auto write_tail = [&] {
+    // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
+    //    each refilled with the next slice as soon as its warp has read it. When the whole part lies in one
+    //    channel (#35: half a channel per CTA) y = (x - K) * a + shift with a, shift fixed for the round: no
+    //    per-vector channel division or weight loads, which otherwise cost ~10% of the round.
+    const bool one_channel = !AFFINE || (n > 0 && begin / HW == (end - 1) / HW);
+    auto write_part = [&](auto uniform_tag) {
+      constexpr bool kUniform = decltype(uniform_tag)::value;
+      C a = nrm.rstd, shift = -nrm.mean_k * nrm.rstd;
+      if constexpr (kUniform && AFFINE) {
+        const int c = begin / HW;
+        a = nrm.rstd * wg[c];
+        shift = bg[c] - nrm.mean_k * a;
+      }
+      auto norm = [&](const V& v, int j) -> V {
+        if constexpr (kUniform) {
+          V out;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - nrm.K) * a + shift);
+          return out;
+        } else {
+          return normalize_vec<T, int, VEC, AFFINE>(v, j, HW, channel_per_vec, wg, bg, nrm);
+        }
+      };
       for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
         uint4 v[kUnroll];
 #pragma unroll
@@ -289,46 +305,26 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
           if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (j + u * stride < end)
-            store_vec_streaming<T, VEC>(ys + j + u * stride,
-                                        normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(v[u]), j + u * stride, HW,
-                                                                           channel_per_vec, wg, bg, nrm));
+          if (j + u * stride < end) store_vec_streaming<T, VEC>(ys + j + u * stride, norm(as_vec<T, VEC>(v[u]), j + u * stride));
       }
       stamp(it, 6);
-    };
-    auto write_registers = [&] {
 #pragma unroll
       for (int u = 0; u < kStreamRegVecs; ++u) {
         const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
-        if (u < reg_vecs && j < tail_begin)
-          store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(as_vec<T, VEC>(r[u]), j, HW,
-                                                                                  channel_per_vec, wg, bg, nrm));
+        if (u < reg_vecs && j < tail_begin) store_vec_streaming<T, VEC>(ys + j, norm(as_vec<T, VEC>(r[u]), j));
       }
       stamp(it, 7);
-    };
-    auto write_chunks = [&] {
       for (int k = warp; k < nchunks; k += warps) {
         const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
-        for (int e = lane * VEC; e < len; e += 32 * VEC) {
-          const int j = begin + off + e;
-          store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(
-                                                  *reinterpret_cast<const V*>(buf + off + e), j, HW,
-                                                  channel_per_vec, wg, bg, nrm));
-        }
+        for (int e = lane * VEC; e < len; e += 32 * VEC)
+          store_vec_streaming<T, VEC>(ys + begin + off + e, norm(*reinterpret_cast<const V*>(buf + off + e), begin + off + e));
         __syncwarp();  // every lane has read the chunk: it may be overwritten
         if (lane == 0 && next < slices) fill_chunk(k, next);
       }
       stamp(it, 8);
     };
-    if (flags & kStreamSmemFirst) {
-      write_chunks();
-      write_registers();
-      write_tail();
-    } else {
-      write_tail();
-      write_registers();
-      write_chunks();
-    }
+    if (one_channel) write_part(std::true_type{});
+    else write_part(std::false_type{});
   }
   cluster.sync();  // shared memory must outlive every peer's read of cta_sums
 #endif
@@ -388,8 +384,7 @@ struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
   int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
   int reg_vecs = kStreamRegVecs;
-  int flags = 0;             // kStreamTailPrefetch | kStreamSmemFirst
-  int64_t ahead_bytes = 0;   // per CTA: bytes of the next slice's register/tail range prefetched into L2
+  int64_t ahead_bytes = 0;   // per CTA: bytes of the next slice's part prefetched into L2 before the exchange
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -428,7 +423,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps, opt.flags, static_cast<int>(opt.ahead_bytes / sizeof(T)) / VEC * VEC,
+                                      pr.eps, static_cast<int>(opt.ahead_bytes / sizeof(T)) / VEC * VEC,
                                       pr.trace));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
