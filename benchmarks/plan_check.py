@@ -121,8 +121,8 @@ TIMING_ROWS = {
 }
 VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",
-            "streamed:ahead_kb=64", "streamed:ahead_kb=256", "streamed:smem_kb=160,ahead_kb=256",
-            "streamed:smem_kb=96,ahead_kb=128", "streamed:cluster=8,ahead_kb=128"]
+            "streamed:smem_kb=128", "streamed:smem_kb=64", "streamed:smem_kb=192", "streamed:ahead_kb=64",
+            "streamed:smem_kb=96,ahead_kb=64", "streamed:cluster=8,smem_kb=160", "streamed:cluster=8,smem_kb=192"]
 
 
 def timings(ops, row_sets: list[str]) -> None:

@@ -38,7 +38,6 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + MESSAGE_HEADER + r"""
 #include <torch/library.h>
 #include <cooperative_groups.h>
 #include <string>
-#include <type_traits>
 
 namespace gn_inline {
 

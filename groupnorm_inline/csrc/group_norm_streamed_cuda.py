@@ -124,7 +124,10 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 
 // x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
 // part, smem_elems, chunk_elems: multiples of VEC. Grid: clusters * CS CTAs of kStreamThreads.
-template <typename T, int VEC, bool AFFINE>
+// PER_VEC_CHANNEL: the affine coefficients are looked up per vector (a CTA's part spans channels). Otherwise
+// they are fixed for the round: no weight (w == nullptr), or every CTA's part lies in one channel (#35: half
+// a channel per CTA); per-vector lookups cost ~5% of the round there, mostly through register pressure.
+template <typename T, int VEC, bool PER_VEC_CHANNEL>
 __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
@@ -271,31 +274,27 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
     if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
     const int64_t c0 = (slice % G) * channels_per_group;
-    const C* wg = AFFINE ? w + c0 : w;
-    const C* bg = AFFINE ? b + c0 : b;
+    const C* wg = w != nullptr ? w + c0 : w;
+    const C* bg = b != nullptr ? b + c0 : b;
     const bool channel_per_vec = (HW % VEC) == 0;
 
     // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
-    //    each refilled with the next slice as soon as its warp has read it. When the whole part lies in one
-    //    channel (#35: half a channel per CTA) y = (x - K) * a + shift with a, shift fixed for the round: no
-    //    per-vector channel division or weight loads, which otherwise cost ~10% of the round.
-    const bool one_channel = !AFFINE || (n > 0 && begin / HW == (end - 1) / HW);
-    auto write_part = [&](auto uniform_tag) {
-      constexpr bool kUniform = decltype(uniform_tag)::value;
-      C a = nrm.rstd, shift = -nrm.mean_k * nrm.rstd;
-      if constexpr (kUniform && AFFINE) {
-        const int c = begin / HW;
-        a = nrm.rstd * wg[c];
-        shift = bg[c] - nrm.mean_k * a;
-      }
+    //    each refilled with the next slice as soon as its warp has read it.
+    C a = nrm.rstd, shift = -nrm.mean_k * nrm.rstd;  // y = (x - K) * a + shift (fixed coefficients)
+    if (!PER_VEC_CHANNEL && wg != nullptr && n > 0) {
+      const int c = begin / HW;
+      a = nrm.rstd * wg[c];
+      shift = bg[c] - nrm.mean_k * a;
+    }
+    {
       auto norm = [&](const V& v, int j) -> V {
-        if constexpr (kUniform) {
+        if constexpr (PER_VEC_CHANNEL) {
+          return normalize_vec<T, int, VEC, true>(v, j, HW, channel_per_vec, wg, bg, nrm);
+        } else {
           V out;
 #pragma unroll
           for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - nrm.K) * a + shift);
           return out;
-        } else {
-          return normalize_vec<T, int, VEC, AFFINE>(v, j, HW, channel_per_vec, wg, bg, nrm);
         }
       };
       for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
@@ -322,9 +321,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
         if (lane == 0 && next < slices) fill_chunk(k, next);
       }
       stamp(it, 8);
-    };
-    if (one_channel) write_part(std::true_type{});
-    else write_part(std::false_type{});
+    }
   }
   cluster.sync();  // shared memory must outlive every peer's read of cta_sums
 #endif
@@ -337,8 +334,16 @@ struct StreamedGeometry {
   size_t smem_bytes = 0;
 };
 
+// Whether every CTA's part [r * part, (r + 1) * part) of a slice lies in one channel (HW elements).
+inline bool parts_in_one_channel(int64_t D, int64_t HW, int cluster, int vec) {
+  const int64_t part = ceil_div(ceil_div(D, cluster), vec) * vec;
+  for (int64_t begin = 0; begin < D; begin += part)
+    if (begin / HW != (std::min(D, begin + part) - 1) / HW) return false;
+  return true;
+}
+
 // Fills `g` for a cluster of `cluster` CTAs; false when that cluster cannot be co-scheduled.
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool PER_VEC_CHANNEL>
 bool streamed_geometry(const DeviceInfo& dev, int64_t D, int64_t slices, int cluster, int64_t smem_cap_bytes,
                        int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config, cudaLaunchAttribute* attr) {
   g.cluster = cluster;
@@ -355,7 +360,7 @@ bool streamed_geometry(const DeviceInfo& dev, int64_t D, int64_t slices, int clu
   g.tail_bytes_per_cta = std::max<int64_t>(0, g.part - on_chip) * static_cast<int64_t>(sizeof(T));
   g.smem_bytes = static_cast<size_t>(g.smem_elems) * sizeof(T);
 
-  auto kernel = gn_streamed<T, VEC, AFFINE>;
+  auto kernel = gn_streamed<T, VEC, PER_VEC_CHANNEL>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(g.smem_bytes)));
   if (cluster > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -399,12 +404,14 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     cudaLaunchConfig_t config;
     cudaLaunchAttribute attr[1];
     bool ok = false;
+    bool per_vec_channel = false;  // see gn_streamed; depends on the cluster size through the part size
     for (int cluster : {16, 8}) {
       if (opt.cluster != 0 && cluster != opt.cluster) continue;
-      if (streamed_geometry<T, VEC, AFFINE>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr)) {
-        ok = true;
-        break;
-      }
+      per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
+      ok = per_vec_channel
+               ? streamed_geometry<T, VEC, true>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr)
+               : streamed_geometry<T, VEC, false>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr);
+      if (ok) break;
     }
     if (!ok) return false;
     // The second read of every tail must hit L2: admit the plan while the tails in flight fit half of it.
@@ -420,7 +427,8 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
       return true;
     }
     config.stream = pr.stream;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, gn_streamed<T, VEC, AFFINE>, p.x, p.y, p.w, p.b, p.mean, p.rstd,
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, per_vec_channel ? gn_streamed<T, VEC, true> : gn_streamed<T, VEC, false>,
+                                      p.x, p.y, AFFINE ? p.w : nullptr, AFFINE ? p.b : nullptr, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
                                       pr.eps, static_cast<int>(opt.ahead_bytes / sizeof(T)) / VEC * VEC,
