@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .csrc.group_norm_autograd import GROUP_NORM_AUTOGRAD_TEMPLATE
 from .csrc.group_norm_backward_cpu import GROUP_NORM_BACKWARD_CPU_TEMPLATE
 from .csrc.group_norm_backward_cuda import GROUP_NORM_BACKWARD_CUDA_TEMPLATE
 from .csrc.group_norm_cpu import GROUP_NORM_CPU_TEMPLATE, OP_NAMESPACE, with_namespace
@@ -16,7 +17,8 @@ from .jit import ExtensionSpec, env, load as _jit_load, plan
 
 SPEC = ExtensionSpec(
     name="groupnorm_inline_C",
-    cpp_sources=(with_namespace(GROUP_NORM_CPU_TEMPLATE), with_namespace(GROUP_NORM_BACKWARD_CPU_TEMPLATE)),
+    cpp_sources=(with_namespace(GROUP_NORM_CPU_TEMPLATE), with_namespace(GROUP_NORM_BACKWARD_CPU_TEMPLATE),
+                 with_namespace(GROUP_NORM_AUTOGRAD_TEMPLATE)),
     cuda_sources=(with_namespace(GROUP_NORM_FORWARD_CUDA_TEMPLATE),
                   with_namespace(GROUP_NORM_BACKWARD_CUDA_TEMPLATE)),
     description="the GroupNorm kernels",

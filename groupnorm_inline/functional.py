@@ -10,27 +10,35 @@ from . import extension
 from .registration import stats_dtype
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)  # inputs that also take float32 parameters
+
+# The checks below run on every call, ahead of a kernel that takes a few microseconds at small shapes: each
+# reads a tensor's shape, dtype and device once and builds its message only when it raises.
 
 
-def _check_param(name: str, param: torch.Tensor | None, input: torch.Tensor) -> None:
-    if param is None:
-        return
+def _check_param(name: str, param, input: torch.Tensor, channels: int, device: torch.device,
+                 input_dtype: torch.dtype) -> None:
+    """param: a (channels,) Tensor (not None) beside input (N, channels, *) of input_dtype on `device`."""
     if not isinstance(param, torch.Tensor):
         raise TypeError(f"group_norm: expected {name} to be a Tensor or None, got {type(param).__name__}")
-    channels = input.shape[1]
     if param.dim() != 1 or param.numel() != channels:
         raise RuntimeError(
             f"Expected {name} to be a vector of size equal to the number of channels in input, but got "
             f"{name} of shape {list(param.shape)} and input of shape {list(input.shape)}")
-    if param.device != input.device:
+    if param.device != device:
         raise RuntimeError(
             "Expected all tensors to be on the same device, but found at least two devices, "
-            f"{input.device} (input) and {param.device} ({name})!")
-    allowed = {input.dtype} | ({torch.float32} if input.dtype in (torch.float16, torch.bfloat16) else set())
-    if param.dtype not in allowed:
+            f"{device} (input) and {param.device} ({name})!")
+    dtype = param.dtype
+    if dtype != input_dtype and not (dtype == torch.float32 and input_dtype in _HALF_DTYPES):
+        allowed = {input_dtype} | ({torch.float32} if input_dtype in _HALF_DTYPES else set())
         raise RuntimeError(
             f"group_norm: expected {name} to have dtype {' or '.join(sorted(str(d) for d in allowed))} "
-            f"for an input of dtype {input.dtype}, but got {param.dtype}")
+            f"for an input of dtype {input_dtype}, but got {dtype}")
+
+
+# Dims in the order ATen's channels-last test walks them: C, W, H, N (C, W, H, D, N).
+_CHANNELS_LAST_ORDER = {4: ((1, 3, 2, 0), torch.channels_last), 5: ((1, 4, 3, 2, 0), torch.channels_last_3d)}
 
 
 def _suggested_memory_format(x: torch.Tensor) -> torch.memory_format:
@@ -41,85 +49,77 @@ def _suggested_memory_format(x: torch.Tensor) -> torch.memory_format:
     the order C, W, H, N (C, W, H, D, N), must have non-decreasing strides, each at least the extent of the
     previous one; a zero C stride, an empty dim or an N stride equal to C's (ambiguous N111) means contiguous.
     """
-    dim_order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(x.dim())
-    if dim_order is None or x.stride(1) == 0:
+    order = _CHANNELS_LAST_ORDER.get(x.dim())
+    if order is None:
         return torch.contiguous_format
+    dim_order, channels_last = order
     shape, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return torch.contiguous_format
     min_stride = 0
-    for d in dim_order:
+    for d in dim_order:  # an NCHW-contiguous tensor leaves at the second dim (W's stride 1 < C's extent)
         if shape[d] == 0 or strides[d] < min_stride:
             return torch.contiguous_format
         if d == 0 and min_stride == strides[1]:
             return torch.contiguous_format
         min_stride = strides[d] * shape[d]
-    return torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+    return channels_last
 
 
-def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
-    """Raise, as `torch.nn.functional.group_norm` would, for arguments the operator cannot take."""
+def _checked_on_cpu(input, num_groups, weight, bias) -> bool:
+    """`check_group_norm_args`, returning whether the input is on the CPU (else it is on a CUDA device)."""
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"group_norm: expected input to be a Tensor, got {type(input).__name__}")
-    if input.dim() < 2:
-        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
-    if input.dtype not in _SUPPORTED_DTYPES:
+    shape = input.shape
+    if len(shape) < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")
+    dtype = input.dtype
+    if dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"group_norm: expected a floating-point input (float16, bfloat16, float32 or float64), "
-                        f"but got {input.dtype}")
+                        f"but got {dtype}")
     if isinstance(num_groups, bool) or not isinstance(num_groups, int):
         raise TypeError(f"group_norm: num_groups must be an int, got {type(num_groups).__name__}")
     if num_groups <= 0:
         raise RuntimeError(f"Expected num groups to be greater than 0, got {num_groups}")
-    channels = input.shape[1]
+    channels = shape[1]
     if channels <= 0:
         raise RuntimeError(f"Expected number of channels to be greater than 0, got {channels}")
     if channels % num_groups != 0:
         raise RuntimeError(
             "Expected number of channels in input to be divisible by num_groups, but got input of shape "
-            f"{list(input.shape)} and num_groups={num_groups}")
-    spatial = math.prod(input.shape[2:])  # HxW: 1 for an (N, C) input
+            f"{list(shape)} and num_groups={num_groups}")
+    rows = shape[0] * channels
+    spatial = input.numel() // rows if rows else math.prod(shape[2:])  # HxW: 1 for an (N, C) input
     if spatial == 0:
         raise RuntimeError("Expected HxW to be greater than 0, got 0")
-    if input.shape[0] * (channels // num_groups) * spatial == 1:
+    if shape[0] * (channels // num_groups) * spatial == 1:
         # F.group_norm's own check (_verify_batch_size): one value per group cannot be normalised.
         raise ValueError("Expected more than 1 value per channel when training, got input size "
-                         f"{[input.shape[0] * channels // num_groups, num_groups] + list(input.shape[2:])}")
-    _check_param("weight", weight, input)
-    _check_param("bias", bias, input)
-    if input.device.type not in ("cpu", "cuda"):
+                         f"{[shape[0] * channels // num_groups, num_groups] + list(shape[2:])}")
+    if weight is not None or bias is not None:
+        device = input.device
+        if weight is not None:
+            _check_param("weight", weight, input, channels, device, dtype)
+        if bias is not None:
+            _check_param("bias", bias, input, channels, device, dtype)
+    on_cpu = input.is_cpu
+    if not on_cpu and not input.is_cuda:
         raise RuntimeError(f"group_norm: inputs on {input.device.type} are not supported (CPU and CUDA only)")
+    return on_cpu
 
 
-def _needs_autograd(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
-def _forward_op(ops, *tensors):
-    """The forward operator, called below the autograd layer when no gradient can be needed.
-
-    The operator's autograd kernel is written in Python (torch.library.register_autograd) and costs
-    ~10 us per call even under no_grad; inference calls skip it. Under torch.compile the plain operator
-    is kept so the graph records it as is.
-    """
-    op = ops.group_norm_forward.default
-    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling() or _needs_autograd(*tensors):
-        return op
-
-    def below_autograd(*args):
-        with _BELOW_AUTOGRAD():
-            return op(*args)
-
-    return below_autograd
-
-
-_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
+    """Raise, as `torch.nn.functional.group_norm` would, for arguments the operator cannot take."""
+    _checked_on_cpu(input, num_groups, weight, bias)
 
 
 def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
                           bias: torch.Tensor | None = None, eps: float = 1e-5):
     """GroupNorm forward returning (output, mean, rstd); mean/rstd are (N, num_groups) float32 (float64 for
     float64 input). Differentiable in input, weight and bias."""
-    check_group_norm_args(input, num_groups, weight, bias)
+    on_cpu = _checked_on_cpu(input, num_groups, weight, bias)
     ops = extension.load()
-    if input.is_cuda and not extension.has_cuda_kernels():
+    if not on_cpu and not extension.has_cuda_kernels():
         raise RuntimeError("groupnorm_inline: got a CUDA tensor, but the CUDA kernels were not built: "
                            + extension.cuda_unavailable_reason())
     # The kernels take weight and bias together (y = x * a[c] + b[c]); fill in the missing one.
@@ -127,18 +127,17 @@ def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Te
         weight = torch.ones_like(bias)
     elif bias is None and weight is not None:
         bias = torch.zeros_like(weight)
-    # Kernels read a contiguous (N, C, HW) buffer; other layouts are copied once (never modified).
-    memory_format = _suggested_memory_format(input)
-    x = input.contiguous()
-    out, mean, rstd = _forward_op(ops, x, weight, bias)(x, num_groups, weight, bias, float(eps))
-    if input.device.type != "cpu":
-        memory_format = torch.contiguous_format  # PyTorch's CUDA kernel always returns a contiguous output
+    # Kernels read a contiguous (N, C, HW) buffer; other layouts are copied once (never modified). The
+    # operator's autograd (C++) saves what the backward needs and makes no graph node under no_grad.
+    out, mean, rstd = ops.group_norm_forward.default(input.contiguous(), num_groups, weight, bias, float(eps))
+    # PyTorch's CPU kernel keeps the input's layout; its CUDA kernel always returns a contiguous output.
+    memory_format = _suggested_memory_format(input) if on_cpu else torch.contiguous_format
     if out.numel() == 0:
         # An empty tensor counts as contiguous whatever its strides, so `input.contiguous()` kept the input's and
         # the kernel's empty_like copied them: give it the strides PyTorch's output has (no data to move).
         out = out.as_strided(out.shape, torch.empty(out.shape, device="meta", memory_format=memory_format).stride())
     elif memory_format != torch.contiguous_format:
-        out = out.contiguous(memory_format=memory_format)  # as PyTorch's CPU kernel keeps the layout
+        out = out.contiguous(memory_format=memory_format)
     return out, mean, rstd
 
 

@@ -1,13 +1,17 @@
-"""torch.library glue for the C++-defined operators: fake (meta) kernels and autograd.
+"""torch.library glue for the C++-defined operators: fake (meta) kernels and the Python parts of autograd.
 
     group_norm_forward(input, G, weight, bias, eps) -> (out, mean, rstd)
     group_norm_backward(grad_out, input, mean, rstd, weight, G, output_mask) -> (grad_input, grad_weight, grad_bias)
+    group_norm_differentiable_backward(grad_out, input, weight, G, eps) -> (grad_input, grad_weight, grad_bias)
 
 Fake kernels let `torch.compile` trace through the operators without running them; they repeat the shape
 and dtype rules of the real kernels (and their argument checks) and allocate on the input's own device
-(`new_empty`). Autograd of the forward calls the backward operator, so a compiled training step holds two
-opaque custom ops and no graph break. The backward operator is differentiable too (double backward, e.g.
-for gradient penalties): its own gradient is taken through an equivalent formula in PyTorch ops.
+(`new_empty`). Autograd of the forward is C++ (csrc/group_norm_autograd.py: a Python autograd layer cost
+several times nn.GroupNorm's host time per call); it calls the backward operator, so a compiled training
+step holds two opaque custom ops and no graph break. Gradients that must themselves be differentiable
+(create_graph=True) come from `group_norm_differentiable_backward`, whose implementation is the PyTorch-ops
+formula below with the statistics recomputed from the input. The backward operator is differentiable too
+(double backward, e.g. for gradient penalties): its own gradient is taken through the same formula.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from .csrc.group_norm_cpu import OP_NAMESPACE
 
 FORWARD_OP = f"{OP_NAMESPACE}::group_norm_forward"
 BACKWARD_OP = f"{OP_NAMESPACE}::group_norm_backward"
+DIFFERENTIABLE_BACKWARD_OP = f"{OP_NAMESPACE}::group_norm_differentiable_backward"
 
 _registered = False
 
@@ -36,53 +41,6 @@ def _forward_fake(input, num_groups, weight, bias, eps):
     acc = stats_dtype(input.dtype)
     return (torch.empty_like(input, memory_format=torch.contiguous_format),
             input.new_empty((n, num_groups), dtype=acc), input.new_empty((n, num_groups), dtype=acc))
-
-
-def _forward_setup_context(ctx, inputs, output):
-    input, num_groups, weight, bias, eps = inputs
-    _, mean, rstd = output
-    ctx.num_groups = num_groups
-    ctx.eps = eps
-    ctx.bias_dtype = None if bias is None else bias.dtype
-    ctx.mark_non_differentiable(mean, rstd)  # saved statistics, not a differentiable result
-    ctx.save_for_backward(input, weight, mean, rstd)
-
-
-def _forward_backward(ctx, grad_out, grad_mean, grad_rstd):
-    """Gradients of the forward through the backward operator (mean/rstd carry no gradient)."""
-    input, weight, mean, rstd = ctx.saved_tensors
-    need_input, need_weight, need_bias = ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]
-    output_mask = [bool(need_input), bool(need_weight and weight is not None), bool(need_bias)]
-    if not any(output_mask):
-        return None, None, None, None, None
-    if torch.is_grad_enabled():
-        # create_graph=True: the gradients must be differentiable in the input, and mean/rstd depend on it,
-        # so take the PyTorch-ops path with the statistics recomputed differentiably.
-        grad_input, grad_weight, grad_bias = _differentiable_backward(grad_out, input, weight, ctx.num_groups,
-                                                                      ctx.eps)
-        grad_input, grad_weight = grad_input.to(input.dtype), grad_weight.to(_param_dtype(input, weight))
-        grad_bias = grad_bias.to(_param_dtype(input, weight))
-    else:  # the operator checks grad_out (shape, dtype, device) against the input
-        grad_input, grad_weight, grad_bias = _call_backward_op(grad_out, input, mean, rstd, weight, ctx.num_groups,
-                                                               output_mask)
-    if output_mask[2] and ctx.bias_dtype is not None and grad_bias.dtype != ctx.bias_dtype:
-        grad_bias = grad_bias.to(ctx.bias_dtype)  # bias may be float32 beside a half weight, or the reverse
-    return (grad_input if output_mask[0] else None, None, grad_weight if output_mask[1] else None,
-            grad_bias if output_mask[2] else None, None)
-
-
-# The backward operator's autograd kernel (double backward) is Python; inside a backward pass grad mode is
-# off and it would only redispatch, at ~30 us per call, so eager calls go straight below the autograd layer.
-# Under torch.compile the operator is called as is, so the traced graph records it unchanged.
-_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
-_backward_op = None  # OpOverload of group_norm_backward, looked up once (register)
-
-
-def _call_backward_op(*args):
-    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling():
-        return _backward_op(*args)
-    with _BELOW_AUTOGRAD():
-        return _backward_op(*args)
 
 
 # ---------------------------------------------------------------------------------------------- backward
@@ -164,11 +122,20 @@ def _param_dtype(input, weight):
 
 
 def _differentiable_backward(grad_out, input, weight, num_groups, eps):
-    """`backward_reference` with mean/rstd recomputed from the input in PyTorch ops (double backward)."""
+    """`group_norm_differentiable_backward`: `backward_reference` with mean/rstd recomputed from the input in
+    PyTorch ops, so the gradients are differentiable in the input too (double backward through the forward).
+
+    grad_out, input: (N, C, *); weight: (C,) or None. Returns grad_input (N, C, *) in the input's dtype,
+    grad_weight and grad_bias (C,) in the weight's (the input's when there is no weight), as the backward
+    operator does; the C++ backward casts grad_bias to the bias's own dtype where that differs.
+    """
     acc = stats_dtype(input.dtype)
     x = input.to(acc).reshape(input.shape[0], num_groups, -1)
     var, mean = torch.var_mean(x, dim=2, unbiased=False)
-    return backward_reference(grad_out, input, mean, torch.rsqrt(var + eps), weight, num_groups)
+    grad_input, grad_weight, grad_bias = backward_reference(grad_out, input, mean, torch.rsqrt(var + eps), weight,
+                                                            num_groups)
+    param_dtype = _param_dtype(input, weight)
+    return grad_input.to(input.dtype), grad_weight.to(param_dtype), grad_bias.to(param_dtype)
 
 
 def _backward_setup_context(ctx, inputs, output):
@@ -204,14 +171,20 @@ def _backward_backward(ctx, gg_input, gg_weight, gg_bias):
     return tuple(result)
 
 
+_library = None  # torch.library.Library holding the Python implementation (kept alive with the process)
+
+
 def register() -> None:
-    """Attach the fake kernels and autograd to the loaded operators (idempotent)."""
-    global _registered, _backward_op
+    """Attach the fake kernels, the backward operator's autograd and the differentiable backward's
+    implementation to the loaded operators (idempotent). The forward's autograd is the C++ kernel."""
+    global _registered, _library
     if _registered:
         return
-    _backward_op = getattr(torch.ops, OP_NAMESPACE).group_norm_backward.default
     torch.library.register_fake(FORWARD_OP)(_forward_fake)
-    torch.library.register_autograd(FORWARD_OP, _forward_backward, setup_context=_forward_setup_context)
     torch.library.register_fake(BACKWARD_OP)(_backward_fake)
     torch.library.register_autograd(BACKWARD_OP, _backward_backward, setup_context=_backward_setup_context)
+    # Composite: runs under autograd (called from the C++ backward when create_graph=True), and under
+    # torch.compile it decomposes into the PyTorch ops it calls.
+    _library = torch.library.Library(OP_NAMESPACE, "IMPL")
+    _library.impl(DIFFERENTIABLE_BACKWARD_OP.split("::")[1], _differentiable_backward, "CompositeImplicitAutograd")
     _registered = True

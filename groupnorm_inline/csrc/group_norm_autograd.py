@@ -1,0 +1,173 @@
+"""C++ source: autograd of `group_norm_forward`, registered at the Autograd dispatch key.
+
+A `torch::autograd::Function` instead of `torch.library.register_autograd`: the Python route builds an
+autograd.Function, runs `setup_context` and a Python backward for every call, which costs several times
+the host time of `torch.nn.GroupNorm` at small shapes. Here:
+
+  forward   the operator below the autograd layer; saves input, weight, mean, rstd (mean and rstd are
+            returned as non-differentiable statistics). With grad mode off, or no tensor argument
+            requiring grad, no graph node is made at all.
+  backward  grad mode off (a plain backward): `group_norm_backward` below the autograd layer, with the
+            output_mask the graph asks for. Grad mode on (create_graph=True): the gradients must be
+            differentiable in the input, whose statistics mean/rstd were saved as constants, so
+            `group_norm_differentiable_backward` is called instead; its schema is defined here and its
+            implementation (PyTorch ops, statistics recomputed differentiably) is registered from Python
+            as CompositeImplicitAutograd (registration.py). A build loaded without the package's Python
+            (an exported single file) has no such implementation: double backward then raises the
+            dispatcher's "could not run" error, a plain backward works.
+  grad_bias is cast to the bias's dtype when it differs from the weight's (a float32 bias beside a half
+  weight, or the reverse): the kernels give both parameter gradients the weight's dtype.
+
+Under torch.compile, AOTAutograd traces this kernel like any other: the forward graph records
+group_norm_forward and the backward graph group_norm_backward (grad mode is off while it traces).
+Concatenated with the other C++ sources into one translation unit; the namespace is defined in
+group_norm_cpu.py, so this source adds its schema with TORCH_LIBRARY_FRAGMENT.
+"""
+
+from .message import MESSAGE_HEADER
+
+# The double-backward formula: (grad_input, grad_weight, grad_bias) in the dtypes of input and weight (the
+# input's when there is no weight), differentiable in grad_out, input and weight.
+DIFFERENTIABLE_BACKWARD_SCHEMA = ("group_norm_differentiable_backward(Tensor grad_out, Tensor input, Tensor? weight,"
+                                  " int num_groups, float eps) -> (Tensor, Tensor, Tensor)")
+
+GROUP_NORM_AUTOGRAD_TEMPLATE = MESSAGE_HEADER + r"""
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+#include <array>
+#include <optional>
+#include <tuple>
+
+namespace gn_inline_autograd {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using TensorTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+// Operator handles, looked up once (the first call), then called through the dispatcher.
+const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, int64_t, const std::optional<at::Tensor>&,
+                                            const std::optional<at::Tensor>&, double)>&
+forward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("GN_NAMESPACE::group_norm_forward", "")
+                             .typed<TensorTriple(const at::Tensor&, int64_t, const std::optional<at::Tensor>&,
+                                                 const std::optional<at::Tensor>&, double)>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                            const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
+                                            std::array<bool, 3>)>&
+backward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("GN_NAMESPACE::group_norm_backward", "")
+                             .typed<TensorTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                 const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
+                                                 std::array<bool, 3>)>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                            int64_t, double)>&
+differentiable_backward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("GN_NAMESPACE::group_norm_differentiable_backward", "")
+                             .typed<TensorTriple(const at::Tensor&, const at::Tensor&,
+                                                 const std::optional<at::Tensor>&, int64_t, double)>();
+  return op;
+}
+
+inline bool present(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
+  // input: (N, C, *) contiguous; weight, bias: (C,) or absent. Returns {out (N, C, *), mean (N, G), rstd (N, G)}.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
+                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                               double eps) {
+    at::Tensor out, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(out, mean, rstd) = forward_op().call(input, num_groups, weight, bias, eps);
+    }
+    ctx->saved_data.reserve(3);
+    ctx->saved_data["num_groups"] = num_groups;
+    ctx->saved_data["eps"] = eps;
+    // Undefined when there is no bias. A bias whose dtype differs from the weight's gets its gradient cast.
+    ctx->saved_data["bias_dtype"] =
+        static_cast<int64_t>(present(bias) ? bias->scalar_type() : at::ScalarType::Undefined);
+    ctx->save_for_backward({input, present(weight) ? *weight : at::Tensor(), mean, rstd});
+    ctx->mark_non_differentiable({mean, rstd});
+    // Undefined incoming gradients stay undefined: no zero (N, G) tensors made for mean and rstd each call.
+    ctx->set_materialize_grads(false);
+    return {out, mean, rstd};
+  }
+
+  // grads: {grad_out, (mean), (rstd)}; returns one entry per forward argument (input, num_groups, weight,
+  // bias, eps), undefined where no gradient is asked for or the argument is not a tensor.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const std::optional<at::Tensor> weight =
+        saved[1].defined() ? std::optional<at::Tensor>(saved[1]) : std::nullopt;
+    const at::Tensor& mean = saved[2];
+    const at::Tensor& rstd = saved[3];
+    const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
+    const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+    const bool has_bias = bias_dtype != at::ScalarType::Undefined;
+
+    // The graph's input edges hold only the tensor arguments that were present: input, weight?, bias?.
+    size_t edge = 0;
+    const bool need_input = ctx->needs_input_grad(edge++);
+    const bool need_weight = weight.has_value() && ctx->needs_input_grad(edge++);
+    const bool need_bias = has_bias && ctx->needs_input_grad(edge);
+    variable_list result(5);
+    if (!need_input && !need_weight && !need_bias) return result;
+
+    // An output gradient autograd left undefined counts as zeros (as materialised gradients would).
+    const at::Tensor grad_out = grads[0].defined() ? grads[0] : at::zeros_like(input);
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (at::GradMode::is_enabled()) {
+      std::tie(grad_input, grad_weight, grad_bias) = differentiable_backward_op().call(
+          grad_out, input, weight, num_groups, ctx->saved_data["eps"].toDouble());
+    } else {
+      // Nothing to record: skip the operator's own autograd kernel (its double backward).
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      std::tie(grad_input, grad_weight, grad_bias) =
+          backward_op().call(grad_out, input, mean, rstd, weight, num_groups, {need_input, need_weight, need_bias});
+    }
+    if (need_bias && grad_bias.scalar_type() != bias_dtype) grad_bias = grad_bias.to(bias_dtype);
+    if (need_input) result[0] = grad_input;
+    if (need_weight) result[2] = grad_weight;
+    if (need_bias) result[3] = grad_bias;
+    return result;
+  }
+};
+
+inline bool requires_grad(const std::optional<at::Tensor>& t) { return present(t) && t->requires_grad(); }
+
+// The Autograd kernel of group_norm_forward. Without anything to record (inference, no_grad, no tensor
+// requiring grad) the operator is called straight below the autograd layer: no graph node, no saved tensors.
+TensorTriple group_norm_forward_autograd(const at::Tensor& input, int64_t num_groups,
+                                         const std::optional<at::Tensor>& weight,
+                                         const std::optional<at::Tensor>& bias, double eps) {
+  if (!at::GradMode::is_enabled() || !(input.requires_grad() || requires_grad(weight) || requires_grad(bias))) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return forward_op().call(input, num_groups, weight, bias, eps);
+  }
+  variable_list outputs = GroupNormForward::apply(input, num_groups, weight, bias, eps);
+  return {outputs[0], outputs[1], outputs[2]};
+}
+
+}  // namespace gn_inline_autograd
+
+TORCH_LIBRARY_FRAGMENT(GN_NAMESPACE, m) {
+  m.def("@DIFFERENTIABLE_BACKWARD_SCHEMA@");
+}
+
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, Autograd, m) {
+  m.impl("group_norm_forward", &gn_inline_autograd::group_norm_forward_autograd);
+}
+""".replace("@DIFFERENTIABLE_BACKWARD_SCHEMA@", DIFFERENTIABLE_BACKWARD_SCHEMA)
