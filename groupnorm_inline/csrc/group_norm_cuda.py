@@ -38,6 +38,7 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + MESSAGE_HEADER + r"""
 #include <torch/library.h>
 #include <cooperative_groups.h>
 #include <string>
+#include <type_traits>
 
 namespace gn_inline {
 
@@ -627,9 +628,9 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
   } else if (name == "streamed") {
     StreamedOptions opt;
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
-    opt.smem_cap = plan_option(plan, "smem_kb", int64_t(1) << 20) * 1024;
+    const int64_t smem_kb = plan_option(plan, "smem_kb", -1);
+    opt.smem_cap = smem_kb < 0 ? -1 : smem_kb * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
-    opt.ahead_bytes = std::max<int64_t>(0, plan_option(plan, "ahead_kb", 0)) * 1024;
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
   } else if (name == "fused") {

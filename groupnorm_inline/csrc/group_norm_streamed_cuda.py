@@ -36,7 +36,7 @@ STREAMED_FORWARD_CUDA = r"""
 constexpr int kStreamThreads = 512;
 constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
-constexpr int64_t kStreamMinPartBytes = 384 * 1024;  // smaller parts: a two-read plan is faster (see above)
+constexpr int64_t kStreamMinPartBytes = 256 * 1024;  // smaller parts: not measured (see above)
 // Phase trace (plan option trace=1; the diagnostics operator group_norm_streamed_trace): thread 0 of every
 // CTA stamps %globaltimer at these points of its first kTraceRounds rounds.
 constexpr int kTraceRounds = 256;
@@ -109,12 +109,6 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, ui
       ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
-// Bulk prefetch of `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, no destination.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes, uint64_t policy) {
-  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src), "r"(bytes), "l"(policy)
-               : "memory");
-}
-
 __device__ __forceinline__ int64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -127,13 +121,13 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 // PER_VEC_CHANNEL: the affine coefficients are looked up per vector (a CTA's part spans channels). Otherwise
 // they are fixed for the round: no weight (w == nullptr), or every CTA's part lies in one channel (#35: half
 // a channel per CTA); per-vector lookups cost ~5% of the round there, mostly through register pressure.
-template <typename T, int VEC, bool PER_VEC_CHANNEL>
+// TRACE: stamp the phases into `trace` (the diagnostics operator's own instantiation).
+template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE>
 __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int ahead_elems,
-    int64_t* __restrict__ trace) {
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
@@ -169,16 +163,12 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
                       evict_first);
   };
 
-  // Thread 0's view of the phases (trace != nullptr only for the diagnostics operator).
+  // Thread 0's view of the phases.
   auto stamp = [&](uint32_t it, int point) {
-    if (trace != nullptr && tid == 0 && it < kTraceRounds)
-      trace[(static_cast<int64_t>(blockIdx.x) * kTraceRounds + it) * kTracePoints + point] = global_timer_ns();
-  };
-  // Thread 0 asks L2 for [from, to) of `slice` (element offsets in the slice), in pieces of at most 64 KB.
-  auto prefetch_l2 = [&](int64_t slice, int from, int to, uint64_t policy) {
-    for (int off = from; off < to; off += 65536 / static_cast<int>(sizeof(T)))
-      bulk_prefetch_l2(x + slice * static_cast<int64_t>(D) + off,
-                       static_cast<uint32_t>(min(to - off, 65536 / static_cast<int>(sizeof(T)))) * sizeof(T), policy);
+    if constexpr (TRACE) {
+      if (tid == 0 && it < kTraceRounds)
+        trace[(static_cast<int64_t>(blockIdx.x) * kTraceRounds + it) * kTracePoints + point] = global_timer_ns();
+    }
   };
 
   if (tid == 0) {
@@ -242,10 +232,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     }
 
     stamp(it, 3);
-    // Look-ahead (option): L2 starts fetching the first `ahead_elems` of the next slice's part while this one
-    // is exchanged and written, so the refills of the chunks find them there.
-    if (ahead_elems > 0 && tid == 0 && next < slices)
-      prefetch_l2(next, begin, min(end, begin + ahead_elems), evict_first);
 
     // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
     block_sum2(s, ss, scratch);
@@ -342,25 +328,34 @@ inline bool parts_in_one_channel(int64_t D, int64_t HW, int cluster, int vec) {
   return true;
 }
 
-// Fills `g` for a cluster of `cluster` CTAs; false when that cluster cannot be co-scheduled.
-template <typename T, int VEC, bool PER_VEC_CHANNEL>
-bool streamed_geometry(const DeviceInfo& dev, int64_t D, int64_t slices, int cluster, int64_t smem_cap_bytes,
-                       int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config, cudaLaunchAttribute* attr) {
+// Fills `g` for `kernel` and a cluster of `cluster` CTAs; false when that cluster cannot be co-scheduled.
+// Split of a part (automatic, smem_cap_bytes < 0): registers full, shared memory for what they leave except
+// an eighth of the part, which streams through L2. The registers and the tail are loaded at the start of a
+// round with every load in flight at once; the chunks are refilled during the previous round's writes. On an
+// H100, #35 bfloat16 (256 KB parts) ran 3.24 ms with 96 KB of shared memory (a 32 KB tail), 3.42 ms with
+// 128 KB (no tail) and 3.86 ms with 225 KB (registers mostly idle); for float32 (512 KB parts) the tail is
+// large anyway, and more shared memory was faster up to the device limit (225 KB 6.78 ms, 160 KB 6.98 ms).
+template <typename T, int VEC>
+bool streamed_geometry(const void* kernel, const DeviceInfo& dev, int64_t D, int64_t slices, int cluster,
+                       int64_t smem_cap_bytes, int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config,
+                       cudaLaunchAttribute* attr) {
   g.cluster = cluster;
   g.part = static_cast<int>(ceil_div(ceil_div(D, cluster), VEC) * VEC);
-  const int64_t smem_limit = std::min<int64_t>(smem_cap_bytes, dev.max_smem_optin - 2048) / 16 * 16;
-  g.smem_elems = static_cast<int>(std::min<int64_t>(g.part, smem_limit / static_cast<int64_t>(sizeof(T))));
+  const int64_t reg_elems = static_cast<int64_t>(kStreamThreads) * VEC * reg_vecs;
+  const int64_t device_limit = (dev.max_smem_optin - 2048) / 16 * 16 / static_cast<int64_t>(sizeof(T));
+  const int64_t wanted = smem_cap_bytes < 0 ? std::max<int64_t>(32 * VEC, g.part - reg_elems - g.part / 8)
+                                            : smem_cap_bytes / 16 * 16 / static_cast<int64_t>(sizeof(T));
+  g.smem_elems = static_cast<int>(std::min<int64_t>({g.part, wanted / VEC * VEC, device_limit}));
   // About two chunks per warp, whole warp footprints, at most kStreamMaxChunks.
   const int64_t quantum = 32 * VEC;
   int64_t chunk = ceil_div(ceil_div(g.smem_elems, 2 * (kStreamThreads / 32)), quantum) * quantum;
   chunk = std::max(chunk, ceil_div(ceil_div(g.smem_elems, kStreamMaxChunks), quantum) * quantum);
   g.chunk_elems = static_cast<int>(std::max<int64_t>(chunk, quantum));
   g.reg_vecs = reg_vecs;
-  const int64_t on_chip = static_cast<int64_t>(g.smem_elems) + static_cast<int64_t>(kStreamThreads) * VEC * reg_vecs;
+  const int64_t on_chip = static_cast<int64_t>(g.smem_elems) + reg_elems;
   g.tail_bytes_per_cta = std::max<int64_t>(0, g.part - on_chip) * static_cast<int64_t>(sizeof(T));
   g.smem_bytes = static_cast<size_t>(g.smem_elems) * sizeof(T);
 
-  auto kernel = gn_streamed<T, VEC, PER_VEC_CHANNEL>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(g.smem_bytes)));
   if (cluster > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -387,9 +382,8 @@ bool streamed_geometry(const DeviceInfo& dev, int64_t D, int64_t slices, int clu
 // Knobs of the streamed plan; the defaults are what the automatic choice uses.
 struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
-  int64_t smem_cap = 1 << 30;  // bytes of shared memory per CTA at most (the device limit applies anyway)
+  int64_t smem_cap = -1;     // bytes of shared memory per CTA (the device limit applies); -1: streamed_geometry's rule
   int reg_vecs = kStreamRegVecs;
-  int64_t ahead_bytes = 0;   // per CTA: bytes of the next slice's part prefetched into L2 before the exchange
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -404,13 +398,21 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     cudaLaunchConfig_t config;
     cudaLaunchAttribute attr[1];
     bool ok = false;
-    bool per_vec_channel = false;  // see gn_streamed; depends on the cluster size through the part size
+    using Kernel = decltype(&gn_streamed<T, VEC, false, false>);
+    Kernel kernel = nullptr;
     for (int cluster : {16, 8}) {
       if (opt.cluster != 0 && cluster != opt.cluster) continue;
-      per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
-      ok = per_vec_channel
-               ? streamed_geometry<T, VEC, true>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr)
-               : streamed_geometry<T, VEC, false>(dev, pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr);
+      // Per-vector coefficients only where a part spans channels (it depends on the part, so on the cluster).
+      const bool per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
+      kernel = per_vec_channel ? gn_streamed<T, VEC, true, false> : gn_streamed<T, VEC, false, false>;
+      if (pr.trace != nullptr) {
+        kernel = nullptr;
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>)
+          if (!per_vec_channel) kernel = gn_streamed<T, VEC, false, true>;
+        TORCH_CHECK(kernel != nullptr, "group_norm_streamed_trace: float32 and bfloat16 inputs only, without weight");
+      }
+      ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), dev, pr.D, pr.slices, cluster,
+                                     opt.smem_cap, opt.reg_vecs, g, config, attr);
       if (ok) break;
     }
     if (!ok) return false;
@@ -427,12 +429,10 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
       return true;
     }
     config.stream = pr.stream;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, per_vec_channel ? gn_streamed<T, VEC, true> : gn_streamed<T, VEC, false>,
-                                      p.x, p.y, AFFINE ? p.w : nullptr, AFFINE ? p.b : nullptr, p.mean, p.rstd,
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, AFFINE ? p.w : nullptr, AFFINE ? p.b : nullptr, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps, static_cast<int>(opt.ahead_bytes / sizeof(T)) / VEC * VEC,
-                                      pr.trace));
+                                      pr.eps, pr.trace));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
