@@ -12,6 +12,8 @@ Outputs start as NaN (`poisoned_outputs`), so an element the kernels never write
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -239,6 +241,112 @@ def test_backward_operator_gradcheck(device):
     args = [torch.randn_like(x), x, mean, rstd, torch.randn(6, dtype=torch.float64, device=device)]
     args = [t.clone().requires_grad_() for t in args]
     assert torch.autograd.gradcheck(lambda *a: op(*a, 3, [True, True, True]), args)
+
+
+# ---------------------------------------------------------------------------------------- autograd layer
+
+def test_forward_autograd_is_the_cpp_kernel():
+    """The forward's autograd is the C++ kernel at the Autograd key, not a Python autograd.Function per call:
+    its graph node is a C++ node with one edge per tensor argument; mean and rstd carry no gradient."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{OP_NAMESPACE}::group_norm_forward", "Autograd")
+    x = make_input((2, 6, 5), torch.float32, "cpu").requires_grad_()
+    weight, bias = make_params(6, "affine", torch.float32, "cpu")
+    out, mean, rstd = groupnorm_inline.group_norm_with_stats(x, 3, weight, bias)
+    assert "GroupNormForward" in out.grad_fn.name(), out.grad_fn.name()
+    assert not isinstance(out.grad_fn, torch.autograd.function.BackwardCFunction)
+    assert [type(f).__name__ for f, _ in out.grad_fn.next_functions] == ["AccumulateGrad"] * 3
+    assert not mean.requires_grad and not rstd.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode", "nothing requires grad"])
+def test_no_graph_without_gradients(context, device):
+    """Where no gradient can be asked for, the operator runs below the autograd layer: no graph node, and the
+    same values as with one."""
+    x = make_input((2, 6, 5, 7), torch.float32, device)
+    weight, bias = make_params(6, "affine", torch.float32, device)
+    expected = [t.detach() for t in groupnorm_inline.group_norm_with_stats(x, 3, weight, bias)]
+    if context == "nothing requires grad":
+        weight, bias = weight.detach(), bias.detach()
+    scope = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(context, contextlib.nullcontext)
+    with scope():
+        got = groupnorm_inline.group_norm_with_stats(x, 3, weight, bias)
+    for name, t, ref in zip(("output", "mean", "rstd"), got, expected):
+        assert t.grad_fn is None and not t.requires_grad, f"{name} is part of a graph"
+        assert torch.equal(t, ref), f"{name} differs from the one computed with a graph"
+
+
+class _NoGradientForFirst(torch.autograd.Function):
+    """Returns a copy of its second argument; its backward hands its first argument no gradient (None)."""
+
+    @staticmethod
+    def forward(ctx, ignored, kept):
+        return kept.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad
+
+
+def test_undefined_output_gradient_counts_as_zeros():
+    """A graph that gives the forward's node no gradient for its output gets zero gradients (the missing
+    output gradient is taken as zeros), not an error."""
+    x = make_input((2, 6, 5), torch.float32, "cpu").requires_grad_()
+    weight, bias = make_params(6, "affine", torch.float32, "cpu")
+    other = torch.randn(3, requires_grad=True)
+    _NoGradientForFirst.apply(group_norm(x, 3, weight, bias), other).sum().backward()
+    for name, t in (("input", x), ("weight", weight), ("bias", bias)):
+        assert t.grad is not None and torch.equal(t.grad, torch.zeros_like(t)), f"grad {name}: {t.grad}"
+
+
+CREATE_GRAPH_CASES = [(torch.float32, "affine"), (torch.float64, "bias only"), (torch.float16, "float32 params"),
+                      (torch.bfloat16, "float32 weight")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, params", CREATE_GRAPH_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_create_graph_gradients(dtype, params, device):
+    """create_graph=True takes the differentiable path (PyTorch ops, statistics recomputed from the input):
+    gradients as accurate as the plain backward's, in each leaf's dtype (a bfloat16 bias beside a float32
+    weight included), and grad_input and grad_weight part of a graph themselves."""
+    shape, num_groups = (2, 6, 5, 7), 3
+    x = make_input(shape, dtype, device).requires_grad_()
+    weight, bias = make_params(shape[1], params, dtype, device)
+    grad_out = torch.randn(shape, dtype=torch.float64).to(device, dtype)
+    leaves = {"input": x, "weight": weight, "bias": bias}
+    leaves = {name: t for name, t in leaves.items() if t is not None}
+    grads = torch.autograd.grad(group_norm(x, num_groups, weight, bias), list(leaves.values()), grad_out,
+                                create_graph=True)
+    expected = reference_grads(x, num_groups, weight, bias, grad_out)
+    scales = gradient_scales(x, num_groups, weight, grad_out)
+    tol = GRAD_TOLERANCES[dtype]
+    for (name, leaf), got in zip(leaves.items(), grads):
+        assert got.dtype == leaf.dtype, f"grad {name}: dtype {got.dtype} != {leaf.dtype}"
+        if name != "bias":  # sum(grad_out) over a constant grad_out is a constant
+            assert got.requires_grad and got.grad_fn is not None, f"grad {name} is not differentiable"
+        assert_close_report(got, expected[name], tol * scales[name], tol, f"create_graph grad {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradient_penalty_matches_float64(device):
+    """A gradient penalty, |v . d y / d x|^2 differentiated again in x and weight (d y / d x does not depend
+    on the bias), against the same through F.group_norm in float64. Second derivatives of a float32
+    computation: tolerance 1e-4 of the largest element of each gradient."""
+    shape, num_groups = (2, 6, 5, 7), 3
+    x = make_input(shape, torch.float32, device).requires_grad_()
+    weight, bias = make_params(shape[1], "affine", torch.float32, device)
+    v = torch.randn(shape, dtype=torch.float64)
+
+    def penalty_grads(fn, x, weight, bias):
+        y = fn(x, num_groups, weight, bias)
+        (grad_x,) = torch.autograd.grad((y * v.to(y)).sum(), x, create_graph=True)
+        return torch.autograd.grad(grad_x.square().sum(), (x, weight))
+
+    ours = penalty_grads(group_norm, x, weight, bias)
+    ref_leaves = [t.detach().to("cpu", torch.float64).requires_grad_() for t in (x, weight, bias)]
+    expected = penalty_grads(F.group_norm, *ref_leaves)
+    for name, got, ref in zip(("input", "weight"), ours, expected):
+        assert_close_report(got, ref, 1e-4 * ref.abs().max().item(), 1e-4, f"penalty grad {name}")
 
 
 # ------------------------------------------------------------------------------------ module, problem

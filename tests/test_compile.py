@@ -110,6 +110,48 @@ def test_compile_dynamic_batch(device):
     _compile_and_compare(device, "aot_eager", dynamic=True, batches=(2, 5))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_inference(device):
+    """Under no_grad: one graph holding our forward operator, no backward graph, eager's output."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    recorder = GraphRecorder()
+    model = SmallNet().to(device)
+    compiled = torch.compile(model, backend=recorder.backend, fullgraph=True)
+    x = torch.randn(3, 3, 9, 11, device=device)
+    with torch.no_grad():
+        out, ref = compiled(x), model(x)
+    assert_close_report(out, ref, 1e-5, 1e-5, "compiled no_grad output")
+    assert f"{OP_NAMESPACE}.group_norm_forward.default" in _targets(recorder.forward_graphs)
+    assert not recorder.backward_graphs
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_parameter_gradients_only(device):
+    """GroupNorm straight on an input that needs no gradient: the backward graph asks the operator for the
+    weight and bias gradients only, and they equal eager nn.GroupNorm's."""
+    torch._dynamo.reset()
+    recorder = GraphRecorder()
+    ours, ref = GroupNorm(4, 12).to(device), nn.GroupNorm(4, 12).to(device)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(12))
+        ours.bias.copy_(torch.randn(12))
+    ref.load_state_dict(ours.state_dict())
+    compiled = torch.compile(ours, backend=recorder.backend, fullgraph=True)
+    x = torch.randn(3, 12, 5, 7, device=device)
+    compiled(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    for name in ("weight", "bias"):
+        got, expected = getattr(ours, name).grad, getattr(ref, name).grad
+        assert_close_report(got, expected, 1e-5 * expected.abs().max().item(), 1e-5, f"compiled grad {name}")
+    masks = [n.args[-1] for g in recorder.backward_graphs for n in g.graph.nodes
+             if str(n.target) == f"{OP_NAMESPACE}.group_norm_backward.default"]
+    assert masks == [[False, True, True]], masks
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_compile_inductor(device):

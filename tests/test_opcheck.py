@@ -1,6 +1,7 @@
 """`torch.library.opcheck` on the forward and backward operators: schema (no hidden mutation or aliasing),
 autograd registration, fake kernels against the real ones (shapes, dtypes, strides, devices), and AOT dispatch
-with dynamic shapes, on CPU and CUDA inputs, with and without requires_grad."""
+with dynamic shapes, on CPU and CUDA inputs, with and without requires_grad; and on the differentiable
+backward (the double-backward formula) that the forward's C++ autograd calls under create_graph=True."""
 
 from __future__ import annotations
 
@@ -63,3 +64,13 @@ def _backward_args(shape, num_groups, dtype, param_dtype, device, requires_grad,
 def test_opcheck_backward(shape, num_groups, dtype, param_dtype, output_mask, requires_grad, device):
     args = _backward_args(shape, num_groups, dtype, param_dtype, device, requires_grad, output_mask)
     torch.library.opcheck(_ops().group_norm_backward.default, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape, num_groups, dtype, param_dtype", FORWARD_CASES[:4], ids=str)
+def test_opcheck_differentiable_backward(shape, num_groups, dtype, param_dtype, device):
+    """The double-backward formula's operator (composite, from Python) with every tensor requiring grad."""
+    x = torch.randn(shape, device=device).to(dtype).requires_grad_()
+    grad_out = torch.randn(shape, device=device).to(dtype).requires_grad_()
+    weight = None if param_dtype is None else torch.randn(shape[1], device=device).to(param_dtype).requires_grad_()
+    torch.library.opcheck(_ops().group_norm_differentiable_backward.default, (grad_out, x, weight, num_groups, 1e-5))
