@@ -466,7 +466,7 @@ inline int pow2_at_least(int64_t v, int cap) {
   return p;
 }
 
-inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t C, int64_t HW, int sms) {
+inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t N, int64_t C, int64_t HW, int sms) {
   ShortPlan p{};
   const int64_t resident_threads = static_cast<int64_t>(sms) * 2048;
   // Step 1: units of up to 8K elements; slices split further while there are fewer than ~8 units per
@@ -479,9 +479,11 @@ inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t C, int64_t H
   const int64_t units_per_cta = kThreads / p.lanes;
   p.sum_blocks = std::max<int64_t>(1, std::min(ceil_div(slices * p.splits, units_per_cta),
                                                static_cast<int64_t>(sms) * 32));
-  // Step 4: ~4 elements per lane; about one resident wave of threads, in whole sets of C segments.
+  // Step 4: ~4 elements per lane; about one resident wave of threads, in whole sets of C segments, but no
+  // more segments per channel than the channel has rows (N): an idle segment still leaves a partial that
+  // short_parameter_grads adds up serially (tiny inputs took milliseconds before this bound).
   p.seg = pow2_at_least(ceil_div(HW, 4), 32);
-  p.k = std::max<int64_t>(1, resident_threads / p.seg / C);
+  p.k = std::max<int64_t>(1, std::min(N, resident_threads / p.seg / C));
   p.grad_blocks = ceil_div(C * p.k * p.seg, kThreads);
   return p;
 }
@@ -561,7 +563,7 @@ template <typename T, typename I>
 void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   const int64_t slices = pr.N * pr.G, D = pr.cpg * pr.HW, rows = pr.N * pr.C;
-  const ShortPlan p = make_short_plan(slices, D, pr.C, pr.HW, sms);
+  const ShortPlan p = make_short_plan(slices, D, pr.N, pr.C, pr.HW, sms);
   at::Tensor partial = at::empty({slices * p.splits * kSums}, acc_opts);  // (N * G, splits, kSums)
   at::Tensor coef = at::empty({slices * kCoefs}, acc_opts);              // (N * G, kCoefs)
   A* pp = partial.data_ptr<A>();
