@@ -124,7 +124,7 @@ VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:smem_kb=128", "streamed:smem_kb=64", "streamed:smem_kb=225", "streamed:cluster=8,smem_kb=225"]
 
 
-def timings(ops, row_sets: list[str]) -> None:
+def timings(ops, row_sets: list[str], variants: list[str]) -> None:
     for key in row_sets:
         for shape, G, dtype in TIMING_ROWS[key]:
             x = torch.rand(shape, device="cuda").to(dtype)
@@ -135,7 +135,7 @@ def timings(ops, row_sets: list[str]) -> None:
             flush = 2 * x.numel() * x.element_size() < 200e6
             copy_first = time_fn(lambda: out.copy_(x), 20, flush)
             times = {}  # variant -> ms (None: the plan cannot take this input)
-            for plan in VARIANTS:
+            for plan in variants:
                 print(f"  timing {plan}", flush=True)
                 try:
                     ops.group_norm_forward_with_plan(x, G, w, b, 1e-5, plan)
@@ -222,6 +222,7 @@ def main() -> int:
                     "is the one to read, e.g. ncu --launch-skip 1 ...)")
     ap.add_argument("--trace", metavar="PLANS", default="",
                     help="semicolon-separated streamed plans: phase trace of each at the #35 shape (fp32 and bf16)")
+    ap.add_argument("--variants", default=";".join(VARIANTS), help="semicolon-separated plans to time")
     ap.add_argument("--rows", default="35,mid", help="comma-separated timing row sets: " + ",".join(TIMING_ROWS))
     args = ap.parse_args()
     t0 = time.time()
@@ -239,7 +240,7 @@ def main() -> int:
         for dtype in (torch.float32, torch.bfloat16):
             trace_report(ops, plan, dtype=dtype)
     if not (args.small or args.no_timing):
-        timings(ops, [r for r in args.rows.split(",") if r])
+        timings(ops, [r for r in args.rows.split(",") if r], [v for v in args.variants.split(";") if v])
     write_log(args.out, "plan_check.txt")
     return 0 if ok else 1
 
