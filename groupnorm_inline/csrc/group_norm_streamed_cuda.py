@@ -177,22 +177,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
   }
   __syncthreads();
   int64_t slice = blockIdx.x / cluster_size;
-  // The register part of a slice is loaded during the previous round, as soon as that round's register
-  // part has been written, so the loads overlap the writing of the chunks (and their refills).
-  uint4 r[kStreamRegVecs];
-  auto load_registers = [&](int64_t s) {
-    const T* xs = x + s * static_cast<int64_t>(D);
-#pragma unroll
-    for (int u = 0; u < kStreamRegVecs; ++u) {
-      const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
-      if (u < reg_vecs && j < tail_begin) r[u] = load16_policy(xs + j, evict_first);
-    }
-  };
-  if (slice < slices) {
-    if (lane == 0)
-      for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
-    load_registers(slice);
-  }
+  if (lane == 0 && slice < slices)
+    for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
 
   for (uint32_t it = 0; slice < slices; slice += clusters, ++it) {
     const T* xs = x + slice * static_cast<int64_t>(D);
@@ -201,8 +187,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const int64_t next = slice + clusters;
     stamp(it, 0);
 
-    // 1. statistics: sum the shared-memory chunks as they land, then the registers (loaded during the
-    //    previous round), then stream the tail through L2 (kept there for the second read).
+    // 1. statistics: issue the register loads, sum the shared-memory chunks while they fly, then the
+    //    registers, then stream the tail through L2 (kept there for the second read).
+    uint4 r[kStreamRegVecs];
+#pragma unroll
+    for (int u = 0; u < kStreamRegVecs; ++u) {
+      const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
+      if (u < reg_vecs && j < tail_begin) r[u] = load16_policy(xs + j, evict_first);
+    }
     double s = 0, ss = 0;
     for (int k = warp; k < nchunks; k += warps) {
       mbarrier_wait_parity(&chunk_full[k], it & 1u);
@@ -306,7 +298,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
         const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
         if (u < reg_vecs && j < tail_begin) store_vec_streaming<T, VEC>(ys + j, norm(as_vec<T, VEC>(r[u]), j));
       }
-      if (next < slices) load_registers(next);
       stamp(it, 7);
       for (int k = warp; k < nchunks; k += warps) {
         const int off = k * chunk_elems, len = min(chunk_elems, ns - off);
