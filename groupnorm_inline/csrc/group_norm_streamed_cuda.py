@@ -16,15 +16,21 @@ three places, in this order of offsets:
                  cluster in flight fit half the L2, so the second read stays on chip.
 
 The exchange is the resident plan's: CTA sums through distributed shared memory, one cluster barrier, no
-global-memory synchronisation. For #35 in float32 (8 MB slices, 512 KB parts) that is ~220 KB in shared
-memory, 128 KB in registers and ~160 KB in L2 per CTA, ~20 MB of tails in L2 for 8 clusters.
+global-memory synchronisation. For #35 in float32 (8 MB slices, 512 KB parts) that is 225 KB in shared
+memory, 128 KB in registers and ~160 KB in L2 per CTA, ~18 MB of tails in L2 for 7 clusters; in bfloat16
+(256 KB parts) 96 KB, 128 KB and 32 KB (see streamed_geometry for the rule and the measurements behind it).
 
-When it pays (the automatic choice): each slice round costs a fixed ~15 us that a two-read plan does not
-pay (cluster barrier, refilling the pipeline after the exchange; measured on an H100, where #35 in
-float32 ran 6.92 ms streamed against 7.86 ms split and a 5.0 ms copy), while it saves one read of the
-slice. With parts of 512 KB (#35 float32) the saved read is worth more than the fixed cost; with parts of
-256 KB (#35 bfloat16: 4.35 ms streamed, 3.92 ms split) it is not. The plan is therefore taken for parts
-of at least 384 KB per CTA, and only while the L2 tails of all clusters fit half the L2.
+Where a round's time goes (H100, #35 float32, ~51 us per round against ~38 us of data movement at copy
+speed; `benchmarks/plan_check.py --trace streamed`): waiting for the refilled chunks ~9 us, the L2 tail's
+first read ~7 us (latency-bound), waiting for the CTA's slowest warp ~4 us and for the cluster's slowest CTA
+~3-4 us (the 16 CTAs reach the barrier ~5 us apart), then ~23 us of writes. An SM issues no memory traffic
+while it waits at the exchange; clusters run out of phase, so others fill part of that gap, not all of it.
+
+When it pays (the automatic choice): the plan saves one read of the input against the split plan and pays
+that exchange per round. Measured on an H100 (copy of the tensor 4.97 ms fp32 / 2.49 ms bf16): #35 float32
+6.50 ms streamed, 7.85 ms split; bfloat16 3.28 ms streamed, 3.95 ms split. It is taken for parts of at least
+256 KB per CTA (smaller slices fit the resident plan, or are few enough that the persistent grid would idle),
+and only while the L2 tails of all clusters fit half the L2.
 
 Numerics as in the other plans: shifted sums (K = the slice's first element) in float per chunk, folded
 into double per thread, combined in double.
