@@ -457,10 +457,15 @@ def test_forced_plan_errors():
 
 
 def test_streamed_plan_takes_large_parts():
-    """Slices of 8 MB in float32 (the #35 kind) take the one-read streamed plan on Hopper; the same slices in
-    bfloat16 (parts of 256 KB per CTA) stay with the two-read split plan, which measured faster there."""
+    """Slices of 8 MB in float32 and 4 MB in bfloat16 (the #35 kind, parts of 512 / 256 KB per CTA) take the
+    one-read streamed plan on Hopper; parts under 256 KB that the resident plan cannot hold (3.5 MB slices), and
+    slices whose L2 tails would not fit half the L2 (32 MB slices), stay with a two-read plan."""
     if not _is_hopper():
         pytest.skip("sm_90+ only")
     x = torch.empty(16, 64, 512, 512, device="cuda")
     assert plan_kind(forward_plan(x, 8)) == ("streamed", True), forward_plan(x, 8)
-    assert plan_kind(forward_plan(x.bfloat16(), 8))[0] in ("split", "fused"), forward_plan(x.bfloat16(), 8)
+    assert plan_kind(forward_plan(x.bfloat16(), 8))[0] == "streamed", forward_plan(x.bfloat16(), 8)
+    small_parts = torch.empty(8, 8, 114688, device="cuda")  # 3.5 MB slices: 224 KB per CTA of 16
+    assert plan_kind(forward_plan(small_parts, 1))[0] in ("split", "fused"), forward_plan(small_parts, 1)
+    big_slices = torch.empty(2, 64, 1000, 1000, device="cuda")  # 32 MB slices: ~1.6 MB of L2 tail per CTA
+    assert plan_kind(forward_plan(big_slices, 8))[0] in ("split", "fused"), forward_plan(big_slices, 8)

@@ -310,7 +310,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
         for (int e = lane * VEC; e < len; e += 32 * VEC)
           store_vec_streaming<T, VEC>(ys + begin + off + e, norm(*reinterpret_cast<const V*>(buf + off + e), begin + off + e));
         __syncwarp();  // every lane has read the chunk: it may be overwritten
-        if (lane == 0 && next < slices) fill_chunk(k, next);
+        if (lane == 0 && next < slices) {
+          // The refill is written by the async proxy: order the warp's generic-proxy reads before it.
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          fill_chunk(k, next);
+        }
       }
       stamp(it, 8);
     }
