@@ -152,6 +152,27 @@ def test_compile_parameter_gradients_only(device):
     assert masks == [[False, True, True]], masks
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_autograd_over_an_eager_graph(device):
+    """Compiled autograd (the backward pass traced by Dynamo) over a graph recorded by an eager forward: our
+    C++ node runs inside it and gives eager's gradients."""
+    from torch._dynamo import compiled_autograd
+
+    torch._dynamo.reset()
+    model = SmallNet().to(device)
+    x = torch.randn(3, 3, 9, 11, device=device)
+    ref_out, ref_grads = _run(model, x)
+    model.zero_grad(set_to_none=True)
+    xl = x.detach().requires_grad_()
+    out = model(xl)
+    with compiled_autograd._enable(torch.compile(backend="aot_eager")):
+        out.square().sum().backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    grads["input"] = xl.grad
+    for name, ref in ref_grads.items():
+        assert_close_report(grads[name], ref, 1e-5 * max(1.0, ref.abs().max().item()), 1e-5, f"grad {name}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_compile_inductor(device):

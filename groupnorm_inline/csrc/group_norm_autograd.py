@@ -4,9 +4,9 @@ A `torch::autograd::Function` instead of `torch.library.register_autograd`: the 
 autograd.Function, runs `setup_context` and a Python backward for every call, which costs several times
 the host time of `torch.nn.GroupNorm` at small shapes. Here:
 
-  forward   the operator below the autograd layer; saves input, weight, mean, rstd (mean and rstd are
-            returned as non-differentiable statistics). With grad mode off, or no tensor argument
-            requiring grad, no graph node is made at all.
+  forward   the operator below the autograd layer; saves input, weight, mean, rstd. The graph node has
+            one output, out; mean and rstd are handed back beside it and carry no gradient. With grad
+            mode off, or no tensor argument requiring grad, no graph node is made at all.
   backward  grad mode off (a plain backward): `group_norm_backward` below the autograd layer, with the
             output_mask the graph asks for. Grad mode on (create_graph=True): the gradients must be
             differentiable in the input, whose statistics mean/rstd were saved as constants, so
@@ -19,7 +19,8 @@ the host time of `torch.nn.GroupNorm` at small shapes. Here:
   weight, or the reverse): the kernels give both parameter gradients the weight's dtype.
 
 Under torch.compile, AOTAutograd traces this kernel like any other: the forward graph records
-group_norm_forward and the backward graph group_norm_backward (grad mode is off while it traces).
+group_norm_forward and the backward graph group_norm_backward (grad mode is off while it traces). Compiled
+autograd, over a graph recorded eagerly, calls the node's backward as one opaque function.
 Concatenated with the other C++ sources into one translation unit; the namespace is defined in
 group_norm_cpu.py, so this source adds its schema with TORCH_LIBRARY_FRAGMENT.
 """
@@ -82,15 +83,23 @@ differentiable_backward_op() {
 
 inline bool present(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
+// The forward's statistics, handed back beside the graph node's one output (see forward).
+struct Statistics {
+  at::Tensor mean, rstd;  // (N, G) each, float32 (float64 for float64 input)
+};
+
 struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
-  // input: (N, C, *) contiguous; weight, bias: (C,) or absent. Returns {out (N, C, *), mean (N, G), rstd (N, G)}.
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
-                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                               double eps) {
-    at::Tensor out, mean, rstd;
+  // input: (N, C, *) contiguous; weight, bias: (C,) or absent. Returns out (N, C, *), the node's only output;
+  // mean and rstd go to *stats. Made with grad mode off, they carry no gradient, as non-differentiable outputs
+  // would; but a C++ Function that marks outputs non-differentiable cannot run under compiled autograd
+  // (torch._dynamo.compiled_autograd asserts the context holds no such marks), so they are not outputs.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
+                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                            double eps, Statistics* stats) {
+    at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      std::tie(out, mean, rstd) = forward_op().call(input, num_groups, weight, bias, eps);
+      std::tie(out, stats->mean, stats->rstd) = forward_op().call(input, num_groups, weight, bias, eps);
     }
     ctx->saved_data.reserve(3);
     ctx->saved_data["num_groups"] = num_groups;
@@ -98,15 +107,14 @@ struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
     // Undefined when there is no bias. A bias whose dtype differs from the weight's gets its gradient cast.
     ctx->saved_data["bias_dtype"] =
         static_cast<int64_t>(present(bias) ? bias->scalar_type() : at::ScalarType::Undefined);
-    ctx->save_for_backward({input, present(weight) ? *weight : at::Tensor(), mean, rstd});
-    ctx->mark_non_differentiable({mean, rstd});
-    // Undefined incoming gradients stay undefined: no zero (N, G) tensors made for mean and rstd each call.
+    ctx->save_for_backward({input, present(weight) ? *weight : at::Tensor(), stats->mean, stats->rstd});
+    // An undefined incoming gradient stays undefined (no zeros made for it unless a gradient is asked for).
     ctx->set_materialize_grads(false);
-    return {out, mean, rstd};
+    return out;
   }
 
-  // grads: {grad_out, (mean), (rstd)}; returns one entry per forward argument (input, num_groups, weight,
-  // bias, eps), undefined where no gradient is asked for or the argument is not a tensor.
+  // grads: {grad_out}; returns one entry per forward argument (input, num_groups, weight, bias, eps, stats),
+  // undefined where no gradient is asked for or the argument is not a tensor.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& input = saved[0];
@@ -123,7 +131,7 @@ struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
     const bool need_input = ctx->needs_input_grad(edge++);
     const bool need_weight = weight.has_value() && ctx->needs_input_grad(edge++);
     const bool need_bias = has_bias && ctx->needs_input_grad(edge);
-    variable_list result(5);
+    variable_list result(6);
     if (!need_input && !need_weight && !need_bias) return result;
 
     // An output gradient autograd left undefined counts as zeros (as materialised gradients would).
@@ -157,8 +165,9 @@ TensorTriple group_norm_forward_autograd(const at::Tensor& input, int64_t num_gr
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return forward_op().call(input, num_groups, weight, bias, eps);
   }
-  variable_list outputs = GroupNormForward::apply(input, num_groups, weight, bias, eps);
-  return {outputs[0], outputs[1], outputs[2]};
+  Statistics stats;
+  at::Tensor out = GroupNormForward::apply(input, num_groups, weight, bias, eps, &stats);
+  return {out, stats.mean, stats.rstd};
 }
 
 }  // namespace gn_inline_autograd
