@@ -89,8 +89,7 @@ CASES = [
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),   # mostly L2 tail
     ("streamed:reg_vecs=0", (4, 16, 512, 512), 2),
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
-    (STREAMED_FORCED_SMALL + ",lag_tail=1", (40, 8, 256, 256), 2),   # tails written during the next exchange
-    ("streamed:smem_kb=1,reg_vecs=0,lag_tail=1", (3, 8, 256, 100), 4),
+    (STREAMED_FORCED_SMALL + "", (33, 6, 128, 129), 3),
     ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
     ("auto", (16, 64, 512, 512), 8),
 ]
@@ -98,7 +97,7 @@ CASES = [
 
 def correctness(ops, small: bool) -> bool:
     ok = True
-    cases = CASES[:2] + CASES[4:6] + CASES[8:9] + CASES[13:15] if small else CASES
+    cases = CASES[:2] + CASES[4:6] + CASES[8:9] if small else CASES
     for plan, shape, G in cases:
         dtypes = [torch.float32] if small else [torch.float32, torch.bfloat16, torch.float16]
         if plan.startswith(("small", "fused", "split", "resident", "auto")) and not small:

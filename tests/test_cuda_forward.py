@@ -417,9 +417,6 @@ FORCED_PLAN_CASES = [
     ("streamed:smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),   # vectors straddle channels
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),     # mostly L2 tail
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
-    ("streamed:smem_kb=16,reg_vecs=2,lag_tail=1", (40, 8, 256, 256), 2),   # tails written one round late
-    ("streamed:smem_kb=16,reg_vecs=2,lag_tail=0", (40, 8, 256, 256), 2),
-    ("streamed:smem_kb=1,reg_vecs=0,lag_tail=1", (3, 8, 256, 100), 4),     # fewer slices than clusters
     ("fused", (3, 8, 100, 100), 2),
     ("split", (3, 8, 100, 100), 2),
 ]

@@ -631,7 +631,6 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     const int64_t smem_kb = plan_option(plan, "smem_kb", -1);
     opt.smem_cap = smem_kb < 0 ? -1 : smem_kb * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
-    opt.lag_tail = static_cast<int>(plan_option(plan, "lag_tail", -1));
     opt.forced = true;
     launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
   } else if (name == "fused") {

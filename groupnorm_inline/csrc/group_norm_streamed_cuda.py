@@ -128,17 +128,13 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 // they are fixed for the round: no weight (w == nullptr), or every CTA's part lies in one channel (#35: half
 // a channel per CTA); per-vector lookups cost ~5% of the round there, mostly through register pressure.
 // TRACE: stamp the phases into `trace` (the diagnostics operator's own instantiation).
-// LAG_TAIL (fixed coefficients only): a round writes the previous slice's L2 tail between arriving at the
-// cluster barrier and waiting on it, so the exchange's wait is spent writing; each CTA then keeps two tails
-// in L2 (the host admits it only while they fit).
-template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE, bool LAG_TAIL>
+template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE>
 __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
     int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static_assert(!(LAG_TAIL && PER_VEC_CHANNEL), "the lagged tail keeps fixed coefficients");
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
   using V = Vec<T, VEC>;
@@ -189,30 +185,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
   int64_t slice = blockIdx.x / cluster_size;
   if (lane == 0 && slice < slices)
     for (int k = warp; k < nchunks; k += warps) fill_chunk(k, slice);
-  const int stride = static_cast<int>(blockDim.x) * VEC;
-  // The L2 tail of a slice, second read and write, with fixed coefficients y = (x - K) * a + shift.
-  auto write_tail_fixed = [&](const T* xs, T* ys, C K, C a, C shift) {
-    for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (j + u * stride < end) {
-          const V in = as_vec<T, VEC>(v[u]);
-          V out;
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(in.v[k]) - K) * a + shift);
-          store_vec_streaming<T, VEC>(ys + j + u * stride, out);
-        }
-      }
-    }
-  };
-  // LAG_TAIL: the previous slice's tail, written during this round's exchange.
-  const T* prev_xs = nullptr;
-  T* prev_ys = nullptr;
-  C prev_K = 0, prev_a = 0, prev_shift = 0;
 
   for (uint32_t it = 0; slice < slices; slice += clusters, ++it) {
     const T* xs = x + slice * static_cast<int64_t>(D);
@@ -251,6 +223,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       ss += lss;
     }
     stamp(it, 2);
+    const int stride = static_cast<int>(blockDim.x) * VEC;
     for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
       uint4 v[kUnroll];
 #pragma unroll
@@ -273,14 +246,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       cta_sums[it & 1u][0] = s;
       cta_sums[it & 1u][1] = ss;
     }
-    if constexpr (LAG_TAIL) {
-      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-      if (prev_xs != nullptr) write_tail_fixed(prev_xs, prev_ys, prev_K, prev_a, prev_shift);
-      stamp(it, 6);
-      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    } else {
-      cluster.sync();
-    }
+    cluster.sync();
     if (warp == 0) {
       double rs = 0, rss = 0;
       if (lane < cluster_size) {
@@ -323,28 +289,16 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
           return out;
         }
       };
-      if constexpr (LAG_TAIL) {
-        prev_xs = xs;
-        prev_ys = ys;
-        prev_K = nrm.K;
-        prev_a = a;
-        prev_shift = shift;
-      } else if constexpr (PER_VEC_CHANNEL) {
-        for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
-          uint4 v[kUnroll];
+      for (int j = tail_begin + tid * VEC; j < end; j += kUnroll * stride) {
+        uint4 v[kUnroll];
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u)
-            if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u * stride < end) v[u] = load16_policy(xs + j + u * stride, evict_first);
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u)
-            if (j + u * stride < end)
-              store_vec_streaming<T, VEC>(ys + j + u * stride, norm(as_vec<T, VEC>(v[u]), j + u * stride));
-        }
-        stamp(it, 6);
-      } else {
-        write_tail_fixed(xs, ys, nrm.K, a, shift);
-        stamp(it, 6);
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u * stride < end) store_vec_streaming<T, VEC>(ys + j + u * stride, norm(as_vec<T, VEC>(v[u]), j + u * stride));
       }
+      stamp(it, 6);
 #pragma unroll
       for (int u = 0; u < kStreamRegVecs; ++u) {
         const int j = reg_begin + (u * static_cast<int>(blockDim.x) + tid) * VEC;
@@ -364,9 +318,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       }
       stamp(it, 8);
     }
-  }
-  if constexpr (LAG_TAIL) {
-    if (prev_xs != nullptr) write_tail_fixed(prev_xs, prev_ys, prev_K, prev_a, prev_shift);
   }
   cluster.sync();  // shared memory must outlive every peer's read of cta_sums
 #endif
@@ -443,7 +394,6 @@ struct StreamedOptions {
   int cluster = 0;           // 0: 16 where it fits, else 8
   int64_t smem_cap = -1;     // bytes of shared memory per CTA (the device limit applies); -1: streamed_geometry's rule
   int reg_vecs = kStreamRegVecs;
-  int lag_tail = -1;         // 1/0: write each L2 tail during the next round's exchange or not; -1: when it fits
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
@@ -458,38 +408,26 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     cudaLaunchConfig_t config;
     cudaLaunchAttribute attr[1];
     bool ok = false;
-    using Kernel = decltype(&gn_streamed<T, VEC, false, false, false>);
+    using Kernel = decltype(&gn_streamed<T, VEC, false, false>);
     Kernel kernel = nullptr;
-    bool lag = false;
     for (int cluster : {16, 8}) {
       if (opt.cluster != 0 && cluster != opt.cluster) continue;
       // Per-vector coefficients only where a part spans channels (it depends on the part, so on the cluster).
       const bool per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
-      // The geometry (and so the tail) does not depend on the instantiation: size it first, then pick.
-      ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(gn_streamed<T, VEC, false, false, false>), dev,
-                                     pr.D, pr.slices, cluster, opt.smem_cap, opt.reg_vecs, g, config, attr);
-      if (!ok) continue;
-      const int64_t tails = g.clusters * g.cluster * g.tail_bytes_per_cta;  // bytes of L2 tails in flight
-      lag = !per_vec_channel && g.tail_bytes_per_cta > 0 && (opt.lag_tail >= 0 ? opt.lag_tail == 1 : 2 * tails <= dev.l2_bytes / 2);
-      TORCH_CHECK(!(opt.lag_tail == 1 && per_vec_channel),
-                  "group_norm_forward_with_plan: lag_tail=1 needs parts that lie in one channel each");
+      kernel = per_vec_channel ? gn_streamed<T, VEC, true, false> : gn_streamed<T, VEC, false, false>;
       if (pr.trace != nullptr) {
         kernel = nullptr;
         if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>)
-          if (!per_vec_channel) kernel = lag ? gn_streamed<T, VEC, false, true, true> : gn_streamed<T, VEC, false, true, false>;
+          if (!per_vec_channel) kernel = gn_streamed<T, VEC, false, true>;
         TORCH_CHECK(kernel != nullptr, "group_norm_streamed_trace: float32 and bfloat16 inputs only, without weight");
-      } else {
-        kernel = per_vec_channel ? gn_streamed<T, VEC, true, false, false>
-                                 : (lag ? gn_streamed<T, VEC, false, false, true> : gn_streamed<T, VEC, false, false, false>);
       }
       ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), dev, pr.D, pr.slices, cluster,
                                      opt.smem_cap, opt.reg_vecs, g, config, attr);
       if (ok) break;
     }
     if (!ok) return false;
-    // The second read of every tail must hit L2: admit the plan while the tails in flight (two per CTA when
-    // lagged) fit half of it.
-    if (!opt.forced && (lag ? 2 : 1) * g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
+    // The second read of every tail must hit L2: admit the plan while the tails in flight fit half of it.
+    if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
     if (!opt.forced && static_cast<int64_t>(g.part) * static_cast<int64_t>(sizeof(T)) < kStreamMinPartBytes)
       return false;
     if (pr.plan) {
@@ -497,8 +435,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
                  " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
                  std::to_string(static_cast<int64_t>(kStreamThreads) * 16 * g.reg_vecs / 1024) +
                  " KB in registers + " + std::to_string(g.tail_bytes_per_cta / 1024) +
-                 " KB re-read from L2" + (lag ? " (during the next exchange)" : "") + " of each slice's part (vec " +
-                 std::to_string(VEC) + ")";
+                 " KB re-read from L2 of each slice's part (vec " + std::to_string(VEC) + ")";
       return true;
     }
     config.stream = pr.stream;
