@@ -48,36 +48,36 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using TensorTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
+// C++ signatures of the three operators (their schemas: group_norm_cpu.py, group_norm_backward_cpu.py, above).
+using ForwardSignature = TensorTriple(const at::Tensor& input, int64_t num_groups,
+                                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                      double eps);
+using BackwardSignature = TensorTriple(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+                                       const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                       int64_t num_groups, std::array<bool, 3> output_mask);
+using DifferentiableBackwardSignature = TensorTriple(const at::Tensor& grad_out, const at::Tensor& input,
+                                                     const std::optional<at::Tensor>& weight, int64_t num_groups,
+                                                     double eps);
+
 // Operator handles, looked up once (the first call), then called through the dispatcher.
-const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, int64_t, const std::optional<at::Tensor>&,
-                                            const std::optional<at::Tensor>&, double)>&
-forward_op() {
+const c10::TypedOperatorHandle<ForwardSignature>& forward_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("GN_NAMESPACE::group_norm_forward", "")
-                             .typed<TensorTriple(const at::Tensor&, int64_t, const std::optional<at::Tensor>&,
-                                                 const std::optional<at::Tensor>&, double)>();
+                             .typed<ForwardSignature>();
   return op;
 }
 
-const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                            const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
-                                            std::array<bool, 3>)>&
-backward_op() {
+const c10::TypedOperatorHandle<BackwardSignature>& backward_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("GN_NAMESPACE::group_norm_backward", "")
-                             .typed<TensorTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                 const at::Tensor&, const std::optional<at::Tensor>&, int64_t,
-                                                 std::array<bool, 3>)>();
+                             .typed<BackwardSignature>();
   return op;
 }
 
-const c10::TypedOperatorHandle<TensorTriple(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                            int64_t, double)>&
-differentiable_backward_op() {
+const c10::TypedOperatorHandle<DifferentiableBackwardSignature>& differentiable_backward_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("GN_NAMESPACE::group_norm_differentiable_backward", "")
-                             .typed<TensorTriple(const at::Tensor&, const at::Tensor&,
-                                                 const std::optional<at::Tensor>&, int64_t, double)>();
+                             .typed<DifferentiableBackwardSignature>();
   return op;
 }
 
