@@ -35,7 +35,10 @@ GROUP_NORM_BACKWARD_CHECKS = MESSAGE_HEADER + r"""
 #ifndef GN_INLINE_BACKWARD_CHECKS
 #define GN_INLINE_BACKWARD_CHECKS
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include <array>
+#include <optional>
 
 namespace gn_inline_backward {
 
@@ -103,6 +106,32 @@ inline void check_backward_args(const at::Tensor& grad_out, const at::Tensor& in
   }
 }
 
+// The backward's outputs: grad_input like the input, grad_weight and grad_bias (C,) in param_grad_type; an
+// output that output_mask does not ask for is an empty (0,) tensor. `complete` is true when nothing is left to
+// compute: no output asked for, or an input without elements (every sum zero, so the parameter gradients are
+// zeroed here).
+struct BackwardOutputs {
+  at::Tensor dx, dw, db;
+  bool complete = false;
+};
+
+inline BackwardOutputs allocate_backward_outputs(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                                 std::array<bool, 3> output_mask) {
+  const int64_t C = input.size(1);
+  const at::ScalarType pdt = param_grad_type(input, weight);
+  BackwardOutputs out;
+  out.dx = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
+  out.dw = at::empty({output_mask[1] ? C : 0}, input.options().dtype(pdt));
+  out.db = at::empty({output_mask[2] ? C : 0}, input.options().dtype(pdt));
+  out.complete = !output_mask[0] && !output_mask[1] && !output_mask[2];
+  if (!out.complete && input.numel() == 0) {
+    out.dw.zero_();
+    out.db.zero_();
+    out.complete = true;
+  }
+  return out;
+}
+
 }  // namespace gn_inline_backward
 #endif  // GN_INLINE_BACKWARD_CHECKS
 """
@@ -166,17 +195,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cpu", input.scalar_type()));
   const int64_t N = input.size(0), C = input.size(1), G = num_groups, cpg = C / G;
-  const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
-  const at::ScalarType pdt = param_grad_type(input, weight);
-  at::Tensor dx = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
-  at::Tensor dw = at::empty({output_mask[1] ? C : 0}, input.options().dtype(pdt));
-  at::Tensor dbias = at::empty({output_mask[2] ? C : 0}, input.options().dtype(pdt));
-  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {dx, dw, dbias};
-  if (input.numel() == 0) {  // no elements: every sum is zero
-    dw.zero_();
-    dbias.zero_();
-    return {dx, dw, dbias};
-  }
+  BackwardOutputs out = allocate_backward_outputs(input, weight, output_mask);
+  at::Tensor &dx = out.dx, &dw = out.dw, &dbias = out.db;
+  if (out.complete) return {dx, dw, dbias};
+  const int64_t HW = input.numel() / (N * C);
   const at::Tensor x = input.contiguous();
   const at::Tensor dy = grad_out.contiguous();
   const at::Tensor mean64 = mean.to(at::kDouble).contiguous();

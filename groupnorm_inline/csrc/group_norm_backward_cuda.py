@@ -628,18 +628,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cuda", input.scalar_type()));
   const c10::cuda::CUDAGuard guard(input.device());
-  const int64_t N = input.size(0), C = input.size(1);
+  const int64_t C = input.size(1);
   const at::ScalarType acc = stats_type(input.scalar_type());
   const at::ScalarType pdt = param_grad_type(input, weight);
-  at::Tensor dx = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
-  at::Tensor dw = at::empty({output_mask[1] ? C : 0}, input.options().dtype(pdt));
-  at::Tensor dbias = at::empty({output_mask[2] ? C : 0}, input.options().dtype(pdt));
-  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return {dx, dw, dbias};
-  if (input.numel() == 0) {  // no elements: every sum is zero
-    dw.zero_();
-    dbias.zero_();
-    return {dx, dw, dbias};
-  }
+  BackwardOutputs out = allocate_backward_outputs(input, weight, output_mask);
+  at::Tensor &dx = out.dx, &dw = out.dw, &dbias = out.db;
+  if (out.complete) return {dx, dw, dbias};
   const at::Tensor x = input.contiguous();
   const at::Tensor dy = grad_out.contiguous();
   const at::Tensor m = mean.contiguous();

@@ -29,8 +29,60 @@ PLAN_SCHEMA = "group_norm_forward_plan(Tensor input, int num_groups, bool affine
 WITH_PLAN_SCHEMA = ("group_norm_forward_with_plan(Tensor input, int num_groups, Tensor? weight, Tensor? bias,"
                     " float eps, str plan) -> (Tensor, Tensor, Tensor)")
 
+# Host-side steps shared by the CPU and CUDA forwards (inline, so both translation units may hold a copy).
+GROUP_NORM_FORWARD_SHARED = MESSAGE_HEADER + r"""
+#ifndef GN_INLINE_FORWARD_SHARED
+#define GN_INLINE_FORWARD_SHARED
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/util/Exception.h>
+#include <optional>
+
+namespace gn_inline_forward {
+
+// Dtype of the statistics and of the compute: double for double input, float otherwise.
+inline at::ScalarType compute_type(const at::Tensor& input) {
+  return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// The forward's outputs for input (N, C, *): y like the input, mean and rstd (N, num_groups) in compute_type.
+struct ForwardOutputs {
+  at::Tensor y, mean, rstd;
+};
+
+inline ForwardOutputs allocate_forward_outputs(const at::Tensor& input, int64_t num_groups) {
+  const at::ScalarType acc = compute_type(input);
+  return {at::empty_like(input), at::empty({input.size(0), num_groups}, input.options().dtype(acc)),
+          at::empty({input.size(0), num_groups}, input.options().dtype(acc))};
+}
+
+// weight and bias as the kernels read them: (C,) contiguous in compute_type, or both undefined (no affine).
+// `op` names the operator in the messages.
+struct AffineParams {
+  at::Tensor w, b;
+  bool affine() const { return w.defined(); }
+};
+
+inline AffineParams affine_params(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                  const std::optional<at::Tensor>& bias, const char* op) {
+  AffineParams p;
+  if (!(weight.has_value() && weight->defined())) return p;
+  TORCH_CHECK(bias.has_value() && bias->defined(), gn_inline_msg::cat(op, ": weight and bias come together"));
+  const at::ScalarType acc = compute_type(input);
+  p.w = weight->to(acc).contiguous();
+  p.b = bias->to(acc).contiguous();
+  TORCH_CHECK(p.w.numel() == input.size(1) && p.b.numel() == input.size(1),
+              gn_inline_msg::cat(op, ": weight/bias must have C elements"));
+  return p;
+}
+
+}  // namespace gn_inline_forward
+#endif  // GN_INLINE_FORWARD_SHARED
+"""
+
 # CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
-GROUP_NORM_CPU_TEMPLATE = MESSAGE_HEADER + (r"""
+GROUP_NORM_CPU_TEMPLATE = GROUP_NORM_FORWARD_SHARED + (r"""
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <cmath>
@@ -86,20 +138,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
                                   dtype == at::kBFloat16,
                               gn_inline_msg::not_implemented_for("group_norm_forward_cpu", dtype));
   const int64_t N = input.size(0), C = input.size(1);
-  const int64_t HW = (N > 0 && C > 0) ? input.numel() / (N * C) : 0;
-  const at::ScalarType acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor y = at::empty_like(input);
-  at::Tensor mean = at::empty({N, num_groups}, input.options().dtype(acc));
-  at::Tensor rstd = at::empty({N, num_groups}, input.options().dtype(acc));
+  gn_inline_forward::ForwardOutputs out = gn_inline_forward::allocate_forward_outputs(input, num_groups);
+  at::Tensor &y = out.y, &mean = out.mean, &rstd = out.rstd;
   if (input.numel() == 0) return {y, mean, rstd};
-  const bool affine = weight.has_value() && weight->defined();
-  at::Tensor w, b;
-  if (affine) {
-    TORCH_CHECK(bias.has_value() && bias->defined(), "group_norm_forward_cpu: weight and bias come together");
-    w = weight->to(acc).contiguous();
-    b = bias->to(acc).contiguous();
-    TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cpu: weight/bias must have C elements");
-  }
+  const int64_t HW = input.numel() / (N * C);
+  const gn_inline_forward::AffineParams params =
+      gn_inline_forward::affine_params(input, weight, bias, "group_norm_forward_cpu");
+  const bool affine = params.affine();
+  const at::Tensor& w = params.w;
+  const at::Tensor& b = params.b;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "group_norm_forward_cpu", [&] {
     using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     forward_kernel<scalar_t, C_t>(input.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),

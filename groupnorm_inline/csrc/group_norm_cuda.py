@@ -26,11 +26,11 @@ folding them into double, and CTAs combine their sums in double. The output is f
 """
 
 from .common_cuda import COMMON_CUDA_HEADER
-from .message import MESSAGE_HEADER
+from .group_norm_cpu import GROUP_NORM_FORWARD_SHARED
 from .group_norm_streamed_cuda import STREAMED_FORWARD_CUDA
 
 # Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
-GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + MESSAGE_HEADER + r"""
+GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_FORWARD_SHARED + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -682,20 +682,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
                                  "of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=", num_groups));
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t N = input.size(0), C = input.size(1);
-  const int64_t HW = C > 0 ? (N > 0 ? input.numel() / (N * C) : 1) : 0;
-  const at::ScalarType acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor y = at::empty_like(input);
-  at::Tensor mean = at::empty({N, num_groups}, input.options().dtype(acc));
-  at::Tensor rstd = at::empty({N, num_groups}, input.options().dtype(acc));
+  gn_inline_forward::ForwardOutputs out = gn_inline_forward::allocate_forward_outputs(input, num_groups);
+  at::Tensor &y = out.y, &mean = out.mean, &rstd = out.rstd;
   if (input.numel() == 0) return {y, mean, rstd};
-  const bool affine = weight.has_value() && weight->defined();
-  at::Tensor w, b;
-  if (affine) {
-    TORCH_CHECK(bias.has_value() && bias->defined(), "group_norm_forward_cuda: weight and bias come together");
-    w = weight->to(acc).contiguous();
-    b = bias->to(acc).contiguous();
-    TORCH_CHECK(w.numel() == C && b.numel() == C, "group_norm_forward_cuda: weight/bias must have C elements");
-  }
+  const int64_t HW = input.numel() / (N * C);
+  const gn_inline_forward::AffineParams params =
+      gn_inline_forward::affine_params(input, weight, bias, "group_norm_forward_cuda");
+  const bool affine = params.affine();
+  const at::Tensor& w = params.w;
+  const at::Tensor& b = params.b;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   const at::ScalarType st = input.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
