@@ -11,7 +11,8 @@ on numbers instead of raising. Allowed message forms (c10 passes them on without
 
 Everything else after the condition is reported, as are the glog-style comparison macros (TORCH_CHECK_EQ
 and friends stream with `<<`), c10::str and the iostream types, and an AT_DISPATCH whose operator name is
-not refused first with gn_inline_msg::not_implemented_for (its own error for other dtypes is streamed).
+not refused first with gn_inline_msg::not_implemented_for, in place or through
+gn_inline_forward::prepare_forward (AT_DISPATCH's own error for other dtypes is streamed).
 
 The scan works on C++ text with comments blanked and literal contents masked (same length, so offsets
 and line numbers stay those of the original), then splits each macro call at its top-level commas.
@@ -180,7 +181,11 @@ def stream_messages(source: str) -> list[Finding]:
         inner = masked[open_at + 1:close_at]
         names = [source[open_at + 1 + a:open_at + 1 + b].strip() for a, b in arguments(inner)
                  if _LITERALS_ONLY.fullmatch(inner[a:b])]
-        guarded = names and re.search(r"gn_inline_msg::not_implemented_for\(\s*" + re.escape(names[0]), source)
+        # Refused first either in place, or by gn_inline_forward::prepare_forward called with that operator
+        # name (its dtype check is gn_inline_msg::not_implemented_for of the name it is given).
+        guarded = names and (
+            re.search(r"gn_inline_msg::not_implemented_for\(\s*" + re.escape(names[0]), source)
+            or re.search(r"gn_inline_forward::prepare_forward\([^;]*" + re.escape(names[0]) + r"\s*\)\s*;", source))
         if not guarded:
             findings.append(Finding(match.start(), source[match.start():match.end()] + " ... (no "
                                     "gn_inline_msg::not_implemented_for check of its dtype before it)"))

@@ -46,15 +46,10 @@ inline at::ScalarType compute_type(const at::Tensor& input) {
   return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// The forward's outputs for input (N, C, *): y like the input, mean and rstd (N, num_groups) in compute_type.
-struct ForwardOutputs {
-  at::Tensor y, mean, rstd;
-};
-
-inline ForwardOutputs allocate_forward_outputs(const at::Tensor& input, int64_t num_groups) {
-  const at::ScalarType acc = compute_type(input);
-  return {at::empty_like(input), at::empty({input.size(0), num_groups}, input.options().dtype(acc)),
-          at::empty({input.size(0), num_groups}, input.options().dtype(acc))};
+// The floating dtypes the kernels dispatch on. AT_DISPATCH's own error for others is formatted through a
+// stream (see message.py), so the operators refuse them first with its words.
+inline bool dispatched_type(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
 }
 
 // weight and bias as the kernels read them: (C,) contiguous in compute_type, or both undefined (no affine).
@@ -75,6 +70,40 @@ inline AffineParams affine_params(const at::Tensor& input, const std::optional<a
   TORCH_CHECK(p.w.numel() == input.size(1) && p.b.numel() == input.size(1),
               gn_inline_msg::cat(op, ": weight/bias must have C elements"));
   return p;
+}
+
+// One forward call, checked and with its outputs allocated: input (N, C, *) contiguous with HW trailing
+// elements per channel; y like the input, mean and rstd (N, num_groups) in compute_type. When `empty`, the
+// outputs are final (and `params` not read). `op` names the operator in the messages.
+struct ForwardCall {
+  at::Tensor y, mean, rstd;
+  AffineParams params;
+  int64_t N = 0, C = 0, HW = 0;
+  bool empty = false;
+};
+
+inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
+                                   const std::optional<at::Tensor>& bias, const char* op) {
+  TORCH_CHECK(input.dim() >= 2,
+              gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
+  TORCH_CHECK(input.is_contiguous(), gn_inline_msg::cat(op, ": expected a contiguous input"));
+  TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got input "
+                                 "of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=", num_groups));
+  TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
+                              gn_inline_msg::not_implemented_for(op, input.scalar_type()));
+  ForwardCall call;
+  call.N = input.size(0);
+  call.C = input.size(1);
+  const at::ScalarType acc = compute_type(input);
+  call.y = at::empty_like(input);
+  call.mean = at::empty({call.N, num_groups}, input.options().dtype(acc));
+  call.rstd = at::empty({call.N, num_groups}, input.options().dtype(acc));
+  call.empty = input.numel() == 0;
+  if (call.empty) return call;
+  call.HW = input.numel() / (call.N * call.C);
+  call.params = affine_params(input, weight, bias, op);
+  return call;
 }
 
 }  // namespace gn_inline_forward
@@ -125,28 +154,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
                                                                       const std::optional<at::Tensor>& bias,
                                                                       double eps) {
   TORCH_CHECK(input.device().is_cpu(), "group_norm_forward_cpu: expected a CPU input");
-  TORCH_CHECK(input.dim() >= 2, gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ",
-                                                    input.dim()));
-  TORCH_CHECK(input.is_contiguous(), "group_norm_forward_cpu: expected a contiguous input");
-  TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
-              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got "
-                                 "input of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=",
-                                 num_groups));
-  // AT_DISPATCH's own error for other dtypes is formatted through a stream (see message.py): same words here.
+  gn_inline_forward::ForwardCall call =
+      gn_inline_forward::prepare_forward(input, num_groups, weight, bias, "group_norm_forward_cpu");
+  at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
+  if (call.empty) return {y, mean, rstd};
+  const int64_t N = call.N, C = call.C, HW = call.HW;
+  const bool affine = call.params.affine();
+  const at::Tensor &w = call.params.w, &b = call.params.b;
   const at::ScalarType dtype = input.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf ||
-                                  dtype == at::kBFloat16,
-                              gn_inline_msg::not_implemented_for("group_norm_forward_cpu", dtype));
-  const int64_t N = input.size(0), C = input.size(1);
-  gn_inline_forward::ForwardOutputs out = gn_inline_forward::allocate_forward_outputs(input, num_groups);
-  at::Tensor &y = out.y, &mean = out.mean, &rstd = out.rstd;
-  if (input.numel() == 0) return {y, mean, rstd};
-  const int64_t HW = input.numel() / (N * C);
-  const gn_inline_forward::AffineParams params =
-      gn_inline_forward::affine_params(input, weight, bias, "group_norm_forward_cpu");
-  const bool affine = params.affine();
-  const at::Tensor& w = params.w;
-  const at::Tensor& b = params.b;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "group_norm_forward_cpu", [&] {
     using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     forward_kernel<scalar_t, C_t>(input.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),

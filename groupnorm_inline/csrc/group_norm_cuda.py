@@ -674,27 +674,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
                                                             const std::optional<at::Tensor>& bias, double eps,
                                                             const std::string* force, int64_t* trace = nullptr) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
-  TORCH_CHECK(input.dim() >= 2,
-              gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
-  TORCH_CHECK(input.is_contiguous(), "group_norm_forward_cuda: expected a contiguous input");
-  TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
-              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got input "
-                                 "of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=", num_groups));
   const c10::cuda::CUDAGuard guard(input.device());
-  const int64_t N = input.size(0), C = input.size(1);
-  gn_inline_forward::ForwardOutputs out = gn_inline_forward::allocate_forward_outputs(input, num_groups);
-  at::Tensor &y = out.y, &mean = out.mean, &rstd = out.rstd;
-  if (input.numel() == 0) return {y, mean, rstd};
-  const int64_t HW = input.numel() / (N * C);
-  const gn_inline_forward::AffineParams params =
-      gn_inline_forward::affine_params(input, weight, bias, "group_norm_forward_cuda");
-  const bool affine = params.affine();
-  const at::Tensor& w = params.w;
-  const at::Tensor& b = params.b;
+  gn_inline_forward::ForwardCall call =
+      gn_inline_forward::prepare_forward(input, num_groups, weight, bias, "group_norm_forward_cuda");
+  at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
+  if (call.empty) return {y, mean, rstd};
+  const int64_t HW = call.HW;
+  const bool affine = call.params.affine();
+  const at::Tensor &w = call.params.w, &b = call.params.b;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   const at::ScalarType st = input.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
-                              gn_inline_msg::not_implemented_for("group_norm_forward_cuda", st));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_cuda", [&] {
     if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
     else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
@@ -746,7 +735,7 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
   std::string plan;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const at::ScalarType st = x.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble || st == at::kHalf || st == at::kBFloat16,
+  TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(st),
                               gn_inline_msg::not_implemented_for("group_norm_forward_plan", st));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_plan", [&] {
     if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
