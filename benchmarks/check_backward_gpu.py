@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -31,13 +30,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-LOG: list[str] = []
+from forward_check import log, time_fn, write_log  # noqa: E402
+
 TOL = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-
-
-def log(msg: str = "") -> None:
-    print(msg, flush=True)
-    LOG.append(msg)
 
 
 def poison_allocator(nbytes: int, copies: int = 3) -> None:
@@ -131,25 +126,6 @@ def check(gn, shape, G, dtype, affine=True, layout="contiguous", mean_offset=0.0
     del grads
     torch.cuda.empty_cache()
     return ok
-
-
-def time_fn(fn, iters=20, flush=False):
-    flush_buf = torch.empty(256 * 1024 * 1024 // 4, device="cuda") if flush else None
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        if flush_buf is not None:
-            flush_buf.fill_(1.0)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def bench(gn, shape, G, dtype, with_compile, rows_out):
@@ -253,9 +229,7 @@ def main():
     results = []
     for shape, G, dtype in rows:
         bench(gn, shape, G, dtype, not args.no_compile, results)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "check_backward_gpu.txt"), "w") as f:
-        f.write("\n".join(LOG) + "\n")
+    write_log(args.out, "check_backward_gpu.txt")
     with open(os.path.join(args.out, "check_backward_gpu.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["device", "torch", "date"] + list(results[0]))
         writer.writeheader()
