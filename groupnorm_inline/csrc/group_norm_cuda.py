@@ -11,9 +11,9 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             distributed shared memory, then each CTA normalises its part from shared memory. One HBM
             read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
             one CTA's loads overlap another's stores.
-  streamed  larger slices on sm_90+, parts of >= 384 KB per CTA of a 16-CTA cluster, tails that fit L2:
-            persistent clusters hold each CTA's part in shared memory (bulk async copies), registers
-            and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in float32)
+  streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2:
+            persistent clusters hold each CTA's part in registers, shared memory (bulk async copies)
+            and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in every dtype)
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
