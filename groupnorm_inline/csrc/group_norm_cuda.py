@@ -37,7 +37,10 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_FORWARD_SHARE
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 #include <cooperative_groups.h>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 namespace gn_inline {
@@ -424,6 +427,49 @@ inline const DeviceInfo& device_info(int device) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// How many clusters of `cluster` CTAs (`threads` threads and `smem` bytes of dynamic shared memory each) of
+// `kernel` can be resident at once on `device` (the current device); 0 when none can. The launch attributes
+// (dynamic shared memory up to the device's opt-in limit, non-portable cluster sizes) are set the first time
+// a kernel is seen on a device, and each answer is kept: the resident and streamed plans ask on every call.
+inline int max_active_clusters(const void* kernel, int device, int cluster, int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int>, bool> prepared;             // (kernel, device)
+  static std::map<std::tuple<const void*, int, int, int, size_t>, int> answers;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device, cluster, threads, smem);
+  if (const auto it = answers.find(key); it != answers.end()) return it->second;
+  if (!prepared[std::make_tuple(kernel, device)]) {
+    cudaFuncAttributes fa;  // the kernel's static shared memory counts against the same opt-in limit
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        device_info(device).max_smem_optin - static_cast<int>(fa.sharedSizeBytes)));
+    if (device_info(device).major >= 9)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    prepared[std::make_tuple(kernel, device)] = true;
+  }
+  int active = 1;
+  if (cluster > 1) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(cluster));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    // A cluster this size with this much shared memory per CTA may not fit a GPC: ask, don't fail.
+    if (cudaOccupancyMaxActiveClusters(&active, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the query's error state; the caller takes another plan
+      active = 0;
+    }
+  }
+  answers[key] = active;
+  return active;
+}
+
 struct Problem {
   int64_t slices, G, cpg, HW, D;
   double eps;
@@ -466,7 +512,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   while (threads < kResidentMaxThreads && static_cast<int64_t>(threads) * VEC * kUnroll < part) threads *= 2;
 
   auto kernel = gn_resident<T, VEC, AFFINE>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem) < 1) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
   config.blockDim = dim3(threads);
@@ -476,19 +522,11 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   config.attrs = attr;
   config.numAttrs = 0;
   if (cluster > 1) {
-    if (cluster > 8)
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     config.numAttrs = 1;
-    int active_clusters = 0;
-    // A cluster this size with this much shared memory per CTA may not fit a GPC: ask, don't fail.
-    if (cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config) != cudaSuccess || active_clusters < 1) {
-      (void)cudaGetLastError();  // clear the query's error state; the caller takes another plan
-      return false;
-    }
   }
   if (pr.plan) {
     *pr.plan = "resident: cluster of " + std::to_string(cluster) + " CTAs per slice, " + std::to_string(threads) +

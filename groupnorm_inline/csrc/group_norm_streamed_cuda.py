@@ -346,7 +346,7 @@ inline bool parts_in_one_channel(int64_t D, int64_t HW, int cluster, int vec) {
 // 128 KB (no tail) and 3.86 ms with 225 KB (registers mostly idle); for float32 (512 KB parts) the tail is
 // large anyway, and more shared memory was faster up to the device limit (225 KB 6.78 ms, 160 KB 6.98 ms).
 template <typename T, int VEC>
-bool streamed_geometry(const void* kernel, const DeviceInfo& dev, int64_t D, int64_t slices, int cluster,
+bool streamed_geometry(const void* kernel, int device, const DeviceInfo& dev, int64_t D, int64_t slices, int cluster,
                        int64_t smem_cap_bytes, int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config,
                        cudaLaunchAttribute* attr) {
   g.cluster = cluster;
@@ -366,12 +366,10 @@ bool streamed_geometry(const void* kernel, const DeviceInfo& dev, int64_t D, int
   g.tail_bytes_per_cta = std::max<int64_t>(0, g.part - on_chip) * static_cast<int64_t>(sizeof(T));
   g.smem_bytes = static_cast<size_t>(g.smem_elems) * sizeof(T);
 
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(g.smem_bytes)));
-  if (cluster > 8) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const int active = max_active_clusters(kernel, device, cluster, kStreamThreads, g.smem_bytes);
+  if (active < 1) return false;
   config = {};
   config.blockDim = dim3(kStreamThreads);
-  config.gridDim = dim3(static_cast<unsigned>(cluster));
   config.dynamicSmemBytes = g.smem_bytes;
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = cluster;
@@ -379,11 +377,6 @@ bool streamed_geometry(const void* kernel, const DeviceInfo& dev, int64_t D, int
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  int active = 0;
-  if (cudaOccupancyMaxActiveClusters(&active, kernel, &config) != cudaSuccess || active < 1) {
-    (void)cudaGetLastError();  // clear the query's error state; the caller tries another size
-    return false;
-  }
   g.clusters = std::min<int64_t>(active, slices);
   config.gridDim = dim3(static_cast<unsigned>(g.clusters * cluster));
   return true;
@@ -421,7 +414,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
           if (!per_vec_channel) kernel = gn_streamed<T, VEC, false, true>;
         TORCH_CHECK(kernel != nullptr, "group_norm_streamed_trace: float32 and bfloat16 inputs only, without weight");
       }
-      ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), dev, pr.D, pr.slices, cluster,
+      ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), pr.device, dev, pr.D, pr.slices, cluster,
                                      opt.smem_cap, opt.reg_vecs, g, config, attr);
       if (ok) break;
     }
