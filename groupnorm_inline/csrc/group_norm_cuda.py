@@ -427,6 +427,16 @@ inline const DeviceInfo& device_info(int device) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A launch attribute asking for clusters of `cluster` CTAs along x.
+inline cudaLaunchAttribute cluster_dim_attribute(int cluster) {
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // How many clusters of `cluster` CTAs (`threads` threads and `smem` bytes of dynamic shared memory each) of
 // `kernel` can be resident at once on `device` (the current device); 0 when none can. The launch attributes
 // (dynamic shared memory up to the device's opt-in limit, non-portable cluster sizes) are set the first time
@@ -453,11 +463,7 @@ inline int max_active_clusters(const void* kernel, int device, int cluster, int 
     config.gridDim = dim3(static_cast<unsigned>(cluster));
     config.blockDim = dim3(static_cast<unsigned>(threads));
     config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[1] = {cluster_dim_attribute(cluster)};
     config.attrs = attr;
     config.numAttrs = 1;
     // A cluster this size with this much shared memory per CTA may not fit a GPC: ask, don't fail.
@@ -522,10 +528,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   config.attrs = attr;
   config.numAttrs = 0;
   if (cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    attr[0] = cluster_dim_attribute(cluster);
     config.numAttrs = 1;
   }
   if (pr.plan) {

@@ -371,10 +371,7 @@ bool streamed_geometry(const void* kernel, int device, const DeviceInfo& dev, in
   config = {};
   config.blockDim = dim3(kStreamThreads);
   config.dynamicSmemBytes = g.smem_bytes;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  attr[0] = cluster_dim_attribute(cluster);
   config.attrs = attr;
   config.numAttrs = 1;
   g.clusters = std::min<int64_t>(active, slices);
