@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import extension
+from . import activations, extension
 from .registration import stats_dtype
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -114,9 +114,12 @@ def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
 
 
 def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-                          bias: torch.Tensor | None = None, eps: float = 1e-5):
+                          bias: torch.Tensor | None = None, eps: float = 1e-5, activation=None,
+                          activation_params: dict | None = None):
     """GroupNorm forward returning (output, mean, rstd); mean/rstd are (N, num_groups) float32 (float64 for
-    float64 input). Differentiable in input, weight and bias."""
+    float64 input), the statistics of the input (before any activation). Differentiable in input, weight and
+    bias. `activation`, `activation_params`: as in `group_norm`."""
+    act_code, act_alpha, act_beta = activations.resolve(activation, activation_params)
     on_cpu = _checked_on_cpu(input, num_groups, weight, bias)
     ops = extension.load()
     if not on_cpu and not extension.has_cuda_kernels():
@@ -127,28 +130,38 @@ def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Te
         weight = torch.ones_like(bias)
     elif bias is None and weight is not None:
         bias = torch.zeros_like(weight)
-    # Kernels read a contiguous (N, C, HW) buffer; other layouts are copied once (never modified). The
-    # operator's autograd (C++) saves what the backward needs and makes no graph node under no_grad.
-    out, mean, rstd = ops.group_norm_forward.default(input.contiguous(), num_groups, weight, bias, float(eps))
-    # PyTorch's CPU kernel keeps the input's layout; its CUDA kernel always returns a contiguous output.
-    memory_format = _suggested_memory_format(input) if on_cpu else torch.contiguous_format
+    # The kernels read NCHW-contiguous or channels-last contiguous (NHWC / NDHWC) tensors in place and write
+    # the output in the same layout; any other strides are copied once into the layout ATen suggests for them
+    # (the input is never modified). The output thus keeps a channels-last network's layout on CUDA too,
+    # where PyTorch's own CUDA kernel returns NCHW. The operator's autograd (C++) saves what the backward
+    # needs and makes no graph node under no_grad.
+    memory_format = _suggested_memory_format(input)
+    if not input.is_contiguous(memory_format=memory_format):
+        input = input.contiguous(memory_format=memory_format)
+    out, mean, rstd = ops.group_norm_forward.default(input, num_groups, weight, bias, float(eps), act_code,
+                                                     act_alpha, act_beta)
     if out.numel() == 0:
-        # An empty tensor counts as contiguous whatever its strides, so `input.contiguous()` kept the input's and
-        # the kernel's empty_like copied them: give it the strides PyTorch's output has (no data to move).
+        # An empty tensor counts as contiguous whatever its strides, so the input kept its own and the kernel's
+        # empty_like copied them: give it the strides PyTorch's output has (no data to move).
         out = out.as_strided(out.shape, torch.empty(out.shape, device="meta", memory_format=memory_format).stride())
-    elif memory_format != torch.contiguous_format:
-        out = out.contiguous(memory_format=memory_format)
     return out, mean, rstd
 
 
 def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    """Same as `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`.
+               bias: torch.Tensor | None = None, eps: float = 1e-5, activation=None,
+               activation_params: dict | None = None) -> torch.Tensor:
+    """Same as `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`, optionally followed by an
+    activation computed in the same pass: `act(group_norm(...))`.
 
     input: (N, C, *) float16/bfloat16/float32/float64 on CPU or CUDA; weight, bias: (C,) of the input's
     dtype (or float32 for half inputs) or None. Statistics are accumulated in float32 or better.
+    activation: None, a name (silu, gelu, gelu_tanh, relu, leaky_relu, mish, hardswish, hardtanh, sigmoid, tanh)
+    or an activation module (`nn.SiLU()`, `nn.LeakyReLU(0.2)`, `nn.GELU(approximate="tanh")`, ...);
+    activation_params: the named activation's parameters, e.g. `{"negative_slope": 0.2}` for leaky_relu,
+    `{"min_val": -2.0, "max_val": 2.0}` for hardtanh (PyTorch's defaults otherwise).
+    The output has the input's layout (channels-last stays channels-last, on CUDA too).
     """
-    return group_norm_with_stats(input, num_groups, weight, bias, eps)[0]
+    return group_norm_with_stats(input, num_groups, weight, bias, eps, activation, activation_params)[0]
 
 
 def forward_plan(input: torch.Tensor, num_groups: int, affine: bool = True) -> str:

@@ -1,8 +1,12 @@
 """torch.library glue for the C++-defined operators: fake (meta) kernels and the Python parts of autograd.
 
-    group_norm_forward(input, G, weight, bias, eps) -> (out, mean, rstd)
-    group_norm_backward(grad_out, input, mean, rstd, weight, G, output_mask) -> (grad_input, grad_weight, grad_bias)
-    group_norm_differentiable_backward(grad_out, input, weight, G, eps) -> (grad_input, grad_weight, grad_bias)
+    group_norm_forward(input, G, weight, bias, eps, activation=0, act_alpha=0, act_beta=0) -> (out, mean, rstd)
+    group_norm_backward(grad_out, input, mean, rstd, weight, G, output_mask, bias=None, activation=0, act_alpha=0,
+                        act_beta=0) -> (grad_input, grad_weight, grad_bias)
+    group_norm_differentiable_backward(grad_out, input, weight, G, eps, bias=None, activation=0, act_alpha=0,
+                                       act_beta=0) -> (grad_input, grad_weight, grad_bias)
+
+`activation` is a code of activations.py (0: none): out = act(group_norm(input)).
 
 Fake kernels let `torch.compile` trace through the operators without running them; they repeat the shape
 and dtype rules of the real kernels (and their argument checks) and allocate on the input's own device
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from . import activations
 from .csrc.group_norm_cpu import OP_NAMESPACE
 
 FORWARD_OP = f"{OP_NAMESPACE}::group_norm_forward"
@@ -34,12 +39,27 @@ def stats_dtype(dtype: torch.dtype) -> torch.dtype:
 
 # ----------------------------------------------------------------------------------------------- forward
 
-def _forward_fake(input, num_groups, weight, bias, eps):
+def output_memory_format(input: torch.Tensor) -> torch.memory_format:
+    """The layout of the operators' outputs for `input` (the kernels' rule, `is_channels_last` in C++):
+    channels-last when the input is channels-last contiguous and not also NCHW-contiguous."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(input.dim())
+    if fmt is not None and not input.is_contiguous() and input.is_contiguous(memory_format=fmt):
+        return fmt
+    return torch.contiguous_format
+
+
+def _check_activation(activation):
+    torch._check(0 <= activation < len(activations.ACTIVATIONS) + 1,
+                 lambda: f"unknown activation code {activation}")
+
+
+def _forward_fake(input, num_groups, weight, bias, eps, activation=0, act_alpha=0.0, act_beta=0.0):
     torch._check(input.dim() >= 2, lambda: "Expected at least 2 dimensions for input tensor")
     torch._check(num_groups > 0, lambda: f"Expected num groups to be greater than 0, got {num_groups}")
+    _check_activation(activation)
     n = input.shape[0]
     acc = stats_dtype(input.dtype)
-    return (torch.empty_like(input, memory_format=torch.contiguous_format),
+    return (torch.empty_like(input, memory_format=output_memory_format(input)),
             input.new_empty((n, num_groups), dtype=acc), input.new_empty((n, num_groups), dtype=acc))
 
 
@@ -80,23 +100,28 @@ def _check_backward_args(grad_out, input, mean, rstd, weight, num_groups, output
             f"group_norm_backward: expected a floating-point weight, but got {weight.dtype}"))
 
 
-def _backward_fake(grad_out, input, mean, rstd, weight, num_groups, output_mask):
+def _backward_fake(grad_out, input, mean, rstd, weight, num_groups, output_mask, bias=None, activation=0,
+                   act_alpha=0.0, act_beta=0.0):
     _check_backward_args(grad_out, input, mean, rstd, weight, num_groups, output_mask)
+    _check_activation(activation)
     c = input.shape[1]
     param_dtype = _param_dtype(input, weight)
-    grad_input = input.new_empty(input.shape if output_mask[0] else (0,))
+    grad_input = (torch.empty_like(input, memory_format=output_memory_format(input)) if output_mask[0]
+                  else input.new_empty((0,)))
     grad_weight = input.new_empty((c if output_mask[1] else 0,), dtype=param_dtype)
     grad_bias = input.new_empty((c if output_mask[2] else 0,), dtype=param_dtype)
     return grad_input, grad_weight, grad_bias
 
 
-def backward_reference(grad_out, input, mean, rstd, weight, num_groups):
+def backward_reference(grad_out, input, mean, rstd, weight, num_groups, bias=None, activation=0, act_alpha=0.0,
+                       act_beta=0.0):
     """What the backward operator computes, in PyTorch ops (differentiable in every tensor argument).
 
-    grad_out, input: (N, C, *); mean, rstd: (N, G); weight: (C,) or None. Returns float tensors in the
+    grad_out, input: (N, C, *); mean, rstd: (N, G); weight, bias: (C,) or None. Returns float tensors in the
     stats dtype: grad_input (N, C, *), grad_weight (C,), grad_bias (C,). Like the kernels, it refines the
     saved mean (rounded to float32 for float32/half inputs) by the slice's mean residual, so the result
-    depends on the input's exact mean, not on the rounding of `mean`.
+    depends on the input's exact mean, not on the rounding of `mean`. With an activation, grad_out is the
+    gradient of act(z), z = (x - mean) * rstd * weight + bias, and dz = grad_out * act'(z) replaces it.
     """
     acc = stats_dtype(input.dtype)
     n, c, g = input.shape[0], input.shape[1], num_groups
@@ -106,6 +131,14 @@ def backward_reference(grad_out, input, mean, rstd, weight, num_groups):
     mu = saved_mu + (x - saved_mu).mean(dim=(2, 3), keepdim=True)
     sigma = rstd.reshape(n, g, 1, 1)
     w = (torch.ones(c, dtype=acc, device=input.device) if weight is None else weight.to(acc)).reshape(1, g, c // g, 1)
+    if activation != 0:
+        b = (torch.zeros(c, dtype=acc, device=input.device) if bias is None else bias.to(acc)).reshape(1, g, c // g, 1)
+        with torch.enable_grad():
+            z = (x - mu) * sigma * w + b
+            z_leaf = z if z.requires_grad else z.detach().requires_grad_()
+            out = activations.reference(z_leaf, activation, act_alpha, act_beta)
+            # create_graph keeps dz differentiable in grad_out and, through z, in input/weight/bias.
+            (dy,) = torch.autograd.grad(out, z_leaf, dy, create_graph=True)
     ds = (dy * (x - mu)).sum(dim=3, keepdim=True)                 # (N, G, C/G, 1)
     db = dy.sum(dim=3, keepdim=True)
     count = x.shape[2] * x.shape[3]
@@ -121,7 +154,8 @@ def _param_dtype(input, weight):
     return input.dtype if weight is None else weight.dtype
 
 
-def _differentiable_backward(grad_out, input, weight, num_groups, eps):
+def _differentiable_backward(grad_out, input, weight, num_groups, eps, bias=None, activation=0, act_alpha=0.0,
+                             act_beta=0.0):
     """`group_norm_differentiable_backward`: `backward_reference` with mean/rstd recomputed from the input in
     PyTorch ops, so the gradients are differentiable in the input too (double backward through the forward).
 
@@ -133,41 +167,44 @@ def _differentiable_backward(grad_out, input, weight, num_groups, eps):
     x = input.to(acc).reshape(input.shape[0], num_groups, -1)
     var, mean = torch.var_mean(x, dim=2, unbiased=False)
     grad_input, grad_weight, grad_bias = backward_reference(grad_out, input, mean, torch.rsqrt(var + eps), weight,
-                                                            num_groups)
+                                                            num_groups, bias, activation, act_alpha, act_beta)
     param_dtype = _param_dtype(input, weight)
     return grad_input.to(input.dtype), grad_weight.to(param_dtype), grad_bias.to(param_dtype)
 
 
 def _backward_setup_context(ctx, inputs, output):
-    grad_out, input, mean, rstd, weight, num_groups, output_mask = inputs
+    grad_out, input, mean, rstd, weight, num_groups, output_mask = inputs[:7]
+    bias, activation, act_alpha, act_beta = (tuple(inputs[7:]) + (None, 0, 0.0, 0.0)[len(inputs) - 7:])
     ctx.num_groups = num_groups
     ctx.output_mask = list(output_mask)
-    ctx.save_for_backward(grad_out, input, mean, rstd, weight)
+    ctx.activation = (activation, act_alpha, act_beta)
+    ctx.save_for_backward(grad_out, input, mean, rstd, weight, bias)
 
 
 def _backward_backward(ctx, gg_input, gg_weight, gg_bias):
     """Vector-Jacobian product of the backward operator, through `backward_reference`."""
-    saved = ctx.saved_tensors
-    needs = ctx.needs_input_grad[:5]
+    saved = ctx.saved_tensors                       # grad_out, input, mean, rstd, weight, bias
+    positions = (0, 1, 2, 3, 4, 7)                  # their places among the operator's 11 arguments
+    needs = [ctx.needs_input_grad[p] if p < len(ctx.needs_input_grad) else False for p in positions]
     if not any(needs):
-        return (None,) * 7
+        return (None,) * 11
     create_graph = torch.is_grad_enabled()  # True inside a backward run with create_graph=True
     with torch.enable_grad():
         # Tensors that already take part in a graph (create_graph=True) are used as they are, so the
         # result is differentiable once more; the others are cut off at a fresh leaf.
         leaves = [t if (t is not None and t.requires_grad) else
                   (t.detach().requires_grad_() if t is not None and need else t) for t, need in zip(saved, needs)]
-        outs = backward_reference(*leaves, ctx.num_groups)
+        outs = backward_reference(*leaves[:5], ctx.num_groups, leaves[5], *ctx.activation)
         pairs = [(o, g.to(o.dtype)) for o, g, m in zip(outs, (gg_input, gg_weight, gg_bias), ctx.output_mask)
                  if m and g is not None]
         wanted = [i for i, need in enumerate(needs) if need]
         grads = torch.autograd.grad([o for o, _ in pairs], [leaves[i] for i in wanted], [g for _, g in pairs],
                                     allow_unused=True, create_graph=create_graph) if pairs else ()
-    result = [None] * 7
+    result = [None] * 11
     for i, grad in zip(wanted, grads):
         if grad is None:
             grad = torch.zeros_like(saved[i])
-        result[i] = grad.to(saved[i].dtype)
+        result[positions[i]] = grad.to(saved[i].dtype)
     return tuple(result)
 
 

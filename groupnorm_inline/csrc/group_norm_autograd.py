@@ -30,7 +30,8 @@ from .message import MESSAGE_HEADER
 # The double-backward formula: (grad_input, grad_weight, grad_bias) in the dtypes of input and weight (the
 # input's when there is no weight), differentiable in grad_out, input and weight.
 DIFFERENTIABLE_BACKWARD_SCHEMA = ("group_norm_differentiable_backward(Tensor grad_out, Tensor input, Tensor? weight,"
-                                  " int num_groups, float eps) -> (Tensor, Tensor, Tensor)")
+                                  " int num_groups, float eps, Tensor? bias=None, int activation=0,"
+                                  " float act_alpha=0., float act_beta=0.) -> (Tensor, Tensor, Tensor)")
 
 GROUP_NORM_AUTOGRAD_TEMPLATE = MESSAGE_HEADER + r"""
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -51,13 +52,16 @@ using TensorTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 // C++ signatures of the three operators (their schemas: group_norm_cpu.py, group_norm_backward_cpu.py, above).
 using ForwardSignature = TensorTriple(const at::Tensor& input, int64_t num_groups,
                                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                                      double eps);
+                                      double eps, int64_t activation, double act_alpha, double act_beta);
 using BackwardSignature = TensorTriple(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
                                        const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
-                                       int64_t num_groups, std::array<bool, 3> output_mask);
+                                       int64_t num_groups, std::array<bool, 3> output_mask,
+                                       const std::optional<at::Tensor>& bias, int64_t activation, double act_alpha,
+                                       double act_beta);
 using DifferentiableBackwardSignature = TensorTriple(const at::Tensor& grad_out, const at::Tensor& input,
                                                      const std::optional<at::Tensor>& weight, int64_t num_groups,
-                                                     double eps);
+                                                     double eps, const std::optional<at::Tensor>& bias,
+                                                     int64_t activation, double act_alpha, double act_beta);
 
 // Operator handles, looked up once (the first call), then called through the dispatcher.
 const c10::TypedOperatorHandle<ForwardSignature>& forward_op() {
@@ -93,27 +97,35 @@ struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
   // mean and rstd go to *stats. Made with grad mode off, they carry no gradient, as non-differentiable outputs
   // would; but a C++ Function that marks outputs non-differentiable cannot run under compiled autograd
   // (torch._dynamo.compiled_autograd asserts the context holds no such marks), so they are not outputs.
+  // activation, act_alpha, act_beta: the fused activation (0: none). With one, the bias is saved as well: the
+  // backward recomputes the activation's input from input, statistics, weight and bias.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
                             const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                            double eps, Statistics* stats) {
+                            double eps, int64_t activation, double act_alpha, double act_beta, Statistics* stats) {
     at::Tensor out;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      std::tie(out, stats->mean, stats->rstd) = forward_op().call(input, num_groups, weight, bias, eps);
+      std::tie(out, stats->mean, stats->rstd) =
+          forward_op().call(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta);
     }
-    ctx->saved_data.reserve(3);
+    ctx->saved_data.reserve(6);
     ctx->saved_data["num_groups"] = num_groups;
     ctx->saved_data["eps"] = eps;
+    ctx->saved_data["activation"] = activation;
+    ctx->saved_data["act_alpha"] = act_alpha;
+    ctx->saved_data["act_beta"] = act_beta;
     // Undefined when there is no bias. A bias whose dtype differs from the weight's gets its gradient cast.
     ctx->saved_data["bias_dtype"] =
         static_cast<int64_t>(present(bias) ? bias->scalar_type() : at::ScalarType::Undefined);
-    ctx->save_for_backward({input, present(weight) ? *weight : at::Tensor(), stats->mean, stats->rstd});
+    ctx->save_for_backward({input, present(weight) ? *weight : at::Tensor(), stats->mean, stats->rstd,
+                            activation != 0 && present(bias) ? *bias : at::Tensor()});
     // An undefined incoming gradient stays undefined (no zeros made for it unless a gradient is asked for).
     ctx->set_materialize_grads(false);
     return out;
   }
 
-  // grads: {grad_out}; returns one entry per forward argument (input, num_groups, weight, bias, eps, stats),
+  // grads: {grad_out}; returns one entry per forward argument (input, num_groups, weight, bias, eps, activation,
+  // act_alpha, act_beta, stats),
   // undefined where no gradient is asked for or the argument is not a tensor.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
@@ -125,13 +137,18 @@ struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
     const int64_t num_groups = ctx->saved_data["num_groups"].toInt();
     const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
     const bool has_bias = bias_dtype != at::ScalarType::Undefined;
+    const std::optional<at::Tensor> saved_bias =
+        saved[4].defined() ? std::optional<at::Tensor>(saved[4]) : std::nullopt;
+    const int64_t activation = ctx->saved_data["activation"].toInt();
+    const double act_alpha = ctx->saved_data["act_alpha"].toDouble();
+    const double act_beta = ctx->saved_data["act_beta"].toDouble();
 
     // The graph's input edges hold only the tensor arguments that were present: input, weight?, bias?.
     size_t edge = 0;
     const bool need_input = ctx->needs_input_grad(edge++);
     const bool need_weight = weight.has_value() && ctx->needs_input_grad(edge++);
     const bool need_bias = has_bias && ctx->needs_input_grad(edge);
-    variable_list result(6);
+    variable_list result(9);
     if (!need_input && !need_weight && !need_bias) return result;
 
     // An output gradient autograd left undefined counts as zeros (as materialised gradients would).
@@ -139,12 +156,14 @@ struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
     at::Tensor grad_input, grad_weight, grad_bias;
     if (at::GradMode::is_enabled()) {
       std::tie(grad_input, grad_weight, grad_bias) = differentiable_backward_op().call(
-          grad_out, input, weight, num_groups, ctx->saved_data["eps"].toDouble());
+          grad_out, input, weight, num_groups, ctx->saved_data["eps"].toDouble(), saved_bias, activation, act_alpha,
+          act_beta);
     } else {
       // Nothing to record: skip the operator's own autograd kernel (its double backward).
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       std::tie(grad_input, grad_weight, grad_bias) =
-          backward_op().call(grad_out, input, mean, rstd, weight, num_groups, {need_input, need_weight, need_bias});
+          backward_op().call(grad_out, input, mean, rstd, weight, num_groups, {need_input, need_weight, need_bias},
+                             saved_bias, activation, act_alpha, act_beta);
     }
     if (need_bias && grad_bias.scalar_type() != bias_dtype) grad_bias = grad_bias.to(bias_dtype);
     if (need_input) result[0] = grad_input;
@@ -160,13 +179,15 @@ inline bool requires_grad(const std::optional<at::Tensor>& t) { return present(t
 // requiring grad) the operator is called straight below the autograd layer: no graph node, no saved tensors.
 TensorTriple group_norm_forward_autograd(const at::Tensor& input, int64_t num_groups,
                                          const std::optional<at::Tensor>& weight,
-                                         const std::optional<at::Tensor>& bias, double eps) {
+                                         const std::optional<at::Tensor>& bias, double eps, int64_t activation,
+                                         double act_alpha, double act_beta) {
   if (!at::GradMode::is_enabled() || !(input.requires_grad() || requires_grad(weight) || requires_grad(bias))) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return forward_op().call(input, num_groups, weight, bias, eps);
+    return forward_op().call(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta);
   }
   Statistics stats;
-  at::Tensor out = GroupNormForward::apply(input, num_groups, weight, bias, eps, &stats);
+  at::Tensor out =
+      GroupNormForward::apply(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta, &stats);
   return {out, stats.mean, stats.rstd};
 }
 

@@ -24,14 +24,20 @@ This source is concatenated with the forward's C++ source into one translation u
 itself is defined there (TORCH_LIBRARY), so this one adds its schema with TORCH_LIBRARY_FRAGMENT.
 """
 
+from .activation import ACTIVATION_HEADER
 from .message import MESSAGE_HEADER
 
+# With an activation (a gn_act::Kind code, see activations.py), grad_out is the gradient of act(z), z the
+# normalised and affine-transformed input: the kernels recompute z from input, mean, rstd, weight and bias
+# and use dz = grad_out * act'(z) in place of grad_out. input and grad_out are NCHW-contiguous or
+# channels-last contiguous, both in the same layout; grad_input comes back in that layout.
 BACKWARD_SCHEMA = ("group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? weight, "
-                   "int num_groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
+                   "int num_groups, bool[3] output_mask, Tensor? bias=None, int activation=0, float act_alpha=0., "
+                   "float act_beta=0.) -> (Tensor, Tensor, Tensor)")
 
 # Argument checks shared by the CPU and CUDA kernels (inline, so both translation units may hold a copy),
 # then the CPU kernel. GN_NAMESPACE is replaced by `group_norm_cpu.with_namespace`.
-GROUP_NORM_BACKWARD_CHECKS = MESSAGE_HEADER + r"""
+GROUP_NORM_BACKWARD_CHECKS = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #ifndef GN_INLINE_BACKWARD_CHECKS
 #define GN_INLINE_BACKWARD_CHECKS
 #include <ATen/core/Tensor.h>
@@ -61,7 +67,7 @@ inline bool dispatched_type(at::ScalarType type) {
 // Raises, naming the argument, for anything the backward kernels cannot take.
 inline void check_backward_args(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
                                 const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
-                                int64_t num_groups) {
+                                int64_t num_groups, const std::optional<at::Tensor>& bias = std::nullopt) {
   TORCH_CHECK(input.dim() >= 2,
               gn_inline_msg::cat("group_norm_backward: expected input with at least 2 dimensions, got ", input.dim()));
   TORCH_CHECK(num_groups > 0, gn_inline_msg::cat("group_norm_backward: expected num_groups > 0, got ", num_groups));
@@ -93,17 +99,46 @@ inline void check_backward_args(const at::Tensor& grad_out, const at::Tensor& in
                 gn_inline_msg::cat("group_norm_backward: expected ", name, " on ", input.device().str(),
                                    ", but got ", stat->device().str()));
   }
-  if (weight.has_value() && weight->defined()) {
-    TORCH_CHECK(weight->dim() == 1 && weight->size(0) == C,
-                gn_inline_msg::cat("group_norm_backward: expected weight of shape [", C, "], but got ",
-                                   gn_inline_msg::shape(weight->sizes())));
-    TORCH_CHECK(weight->device() == input.device(),
-                gn_inline_msg::cat("group_norm_backward: expected weight on ", input.device().str(), ", but got ",
-                                   weight->device().str()));
-    TORCH_CHECK(at::isFloatingType(weight->scalar_type()),
-                gn_inline_msg::cat("group_norm_backward: expected a floating-point weight, but got ",
-                                   gn_inline_msg::dtype_name(weight->scalar_type())));
+  for (const std::optional<at::Tensor>* param : {&weight, &bias}) {
+    if (!(param->has_value() && (*param)->defined())) continue;
+    const char* name = param == &weight ? "weight" : "bias";
+    const at::Tensor& t = **param;
+    TORCH_CHECK(t.dim() == 1 && t.size(0) == C,
+                gn_inline_msg::cat("group_norm_backward: expected ", name, " of shape [", C, "], but got ",
+                                   gn_inline_msg::shape(t.sizes())));
+    TORCH_CHECK(t.device() == input.device(),
+                gn_inline_msg::cat("group_norm_backward: expected ", name, " on ", input.device().str(), ", but got ",
+                                   t.device().str()));
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()),
+                gn_inline_msg::cat("group_norm_backward: expected a floating-point ", name, ", but got ",
+                                   gn_inline_msg::dtype_name(t.scalar_type())));
   }
+}
+
+// The channels-last format of a tensor of this rank (ChannelsLast / ChannelsLast3d), or Contiguous.
+inline at::MemoryFormat channels_last_format(const at::Tensor& t) {
+  return t.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                      : (t.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+}
+
+// Whether the backward works in channels-last (NHWC / NDHWC) order: the input is channels-last contiguous and
+// not also NCHW-contiguous. Then grad_out is read in that layout too (copied into it if it has another) and
+// grad_input is returned in it; otherwise all three are NCHW-contiguous.
+inline bool channels_last_input(const at::Tensor& input) {
+  const at::MemoryFormat cl = channels_last_format(input);
+  return cl != at::MemoryFormat::Contiguous && !input.is_contiguous() && input.is_contiguous(cl);
+}
+
+// The activation arguments of the backward, checked.
+inline gn_act::Params backward_activation(int64_t activation, double alpha, double beta) {
+  TORCH_CHECK(activation >= 0 && activation < gn_act::kNumKinds,
+              gn_inline_msg::cat("group_norm_backward: unknown activation code ", activation, " (expected 0 to ",
+                                 gn_act::kNumKinds - 1, ")"));
+  gn_act::Params p;
+  p.kind = static_cast<int>(activation);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
 }
 
 // The backward's outputs: grad_input like the input, grad_weight and grad_bias (C,) in param_grad_type; an
@@ -120,7 +155,9 @@ inline BackwardOutputs allocate_backward_outputs(const at::Tensor& input, const 
   const int64_t C = input.size(1);
   const at::ScalarType pdt = param_grad_type(input, weight);
   BackwardOutputs out;
-  out.dx = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::empty({0}, input.options());
+  const at::MemoryFormat layout = channels_last_input(input) ? channels_last_format(input) : at::MemoryFormat::Contiguous;
+  out.dx = output_mask[0] ? at::empty(input.sizes(), input.options().memory_format(layout))
+                          : at::empty({0}, input.options());
   out.dw = at::empty({output_mask[1] ? C : 0}, input.options().dtype(pdt));
   out.db = at::empty({output_mask[2] ? C : 0}, input.options().dtype(pdt));
   out.complete = !output_mask[0] && !output_mask[1] && !output_mask[2];
@@ -149,20 +186,28 @@ namespace gn_inline_backward_cpu {
 
 // One (n, g) slice: x, dy, dx: (cpg, HW) contiguous; w: the group's cpg weights (double) or null;
 // ds, db: the group's cpg per-channel sums (written here, about the exact mean, read again for dw/db).
+// bias: the group's cpg biases (double) or null; act: the forward's activation, whose derivative at
+// z = (x - mean) * rstd * w + bias turns dy into dz (kNone: dz = dy).
 template <typename T>
-void backward_slice(const T* x, const T* dy, T* dx, const double* w, double mean, double rstd, int64_t cpg,
-                    int64_t HW, double* ds, double* db) {
+void backward_slice(const T* x, const T* dy, T* dx, const double* w, const double* bias, double mean, double rstd,
+                    int64_t cpg, int64_t HW, double* ds, double* db, const gn_act::Params& act) {
   const double D = static_cast<double>(cpg * HW);
   double dm = 0;
   for (int64_t i = 0; i < cpg * HW; ++i) dm += static_cast<double>(x[i]) - mean;
   mean += dm / D;  // the exact slice mean (the saved one may be rounded to float)
+  const bool with_act = act.kind != gn_act::kNone;
+  auto dz = [&](int64_t cl, double x_i, double dy_i) {
+    if (!with_act) return dy_i;
+    const double z = (x_i - mean) * rstd * (w ? w[cl] : 1.0) + (bias ? bias[cl] : 0.0);
+    return dy_i * gn_act::derivative(act, z);
+  };
   double S = 0, B = 0;
   for (int64_t cl = 0; cl < cpg; ++cl) {
     const T* xr = x + cl * HW;
     const T* dyr = dy + cl * HW;
     double s = 0, b = 0;
     for (int64_t i = 0; i < HW; ++i) {
-      const double g = static_cast<double>(dyr[i]);
+      const double g = dz(cl, static_cast<double>(xr[i]), static_cast<double>(dyr[i]));
       s += g * (static_cast<double>(xr[i]) - mean);
       b += g;
     }
@@ -181,17 +226,19 @@ void backward_slice(const T* x, const T* dy, T* dx, const double* w, double mean
     const T* dyr = dy + cl * HW;
     T* dxr = dx + cl * HW;
     for (int64_t i = 0; i < HW; ++i)
-      dxr[i] = static_cast<T>(a * static_cast<double>(dyr[i]) +
+      dxr[i] = static_cast<T>(a * dz(cl, static_cast<double>(xr[i]), static_cast<double>(dyr[i])) +
                               coef_x * (static_cast<double>(xr[i]) - mean) + coef_1);
   }
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-    const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask) {
+    const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask,
+    const std::optional<at::Tensor>& bias, int64_t activation, double act_alpha, double act_beta) {
   using namespace gn_inline_backward;
   TORCH_CHECK(input.device().is_cpu(), "group_norm_backward_cpu: expected a CPU input");
-  check_backward_args(grad_out, input, mean, rstd, weight, num_groups);
+  check_backward_args(grad_out, input, mean, rstd, weight, num_groups, bias);
+  const gn_act::Params act = backward_activation(activation, act_alpha, act_beta);
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cpu", input.scalar_type()));
   const int64_t N = input.size(0), C = input.size(1), G = num_groups, cpg = C / G;
@@ -201,10 +248,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   const int64_t HW = input.numel() / (N * C);
   const at::Tensor x = input.contiguous();
   const at::Tensor dy = grad_out.contiguous();
+  // A channels-last input's grad_input is formed in NCHW order, then written back in the input's layout.
+  const bool via_nchw = output_mask[0] && !dx.is_contiguous();
+  at::Tensor dx_work = via_nchw ? at::empty(input.sizes(), input.options()) : dx;
   const at::Tensor mean64 = mean.to(at::kDouble).contiguous();
   const at::Tensor rstd64 = rstd.to(at::kDouble).contiguous();
   const bool affine = weight.has_value() && weight->defined();
   const at::Tensor w64 = affine ? weight->to(at::kDouble).contiguous() : at::Tensor();
+  const bool has_bias = bias.has_value() && bias->defined();
+  const at::Tensor b64 = has_bias ? bias->to(at::kDouble).contiguous() : at::Tensor();
+  const double* bp = has_bias ? b64.data_ptr<double>() : nullptr;
   // Per-(n, c) sums, kept for dw / db: (N, C) each.
   std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
   const double* mp = mean64.data_ptr<double>();
@@ -213,16 +266,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
     const scalar_t* dyp = dy.data_ptr<scalar_t>();
-    scalar_t* dxp = output_mask[0] ? dx.data_ptr<scalar_t>() : nullptr;
+    scalar_t* dxp = output_mask[0] ? dx_work.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, N * G, 1, [&](int64_t first, int64_t last) {
       for (int64_t slice = first; slice < last; ++slice) {
         const int64_t offset = slice * cpg * HW;
         backward_slice<scalar_t>(xp + offset, dyp + offset, dxp ? dxp + offset : nullptr,
-                                 wp ? wp + (slice % G) * cpg : nullptr, mp[slice], rp[slice], cpg, HW,
-                                 ds.data() + slice * cpg, db.data() + slice * cpg);
+                                 wp ? wp + (slice % G) * cpg : nullptr, bp ? bp + (slice % G) * cpg : nullptr,
+                                 mp[slice], rp[slice], cpg, HW, ds.data() + slice * cpg, db.data() + slice * cpg,
+                                 act);
       }
     });
   });
+  if (via_nchw) dx.copy_(dx_work);
   if (output_mask[1] || output_mask[2]) {
     at::Tensor dw64 = at::empty({C}, input.options().dtype(at::kDouble));
     at::Tensor db64 = at::empty({C}, input.options().dtype(at::kDouble));

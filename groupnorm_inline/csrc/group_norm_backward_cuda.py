@@ -622,9 +622,12 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-    const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask) {
+    const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask,
+    const std::optional<at::Tensor>& bias, int64_t activation, double act_alpha, double act_beta) {
   TORCH_CHECK(input.is_cuda(), "group_norm_backward_cuda: expected a CUDA input");
-  check_backward_args(grad_out, input, mean, rstd, weight, num_groups);
+  check_backward_args(grad_out, input, mean, rstd, weight, num_groups, bias);
+  const gn_act::Params act = backward_activation(activation, act_alpha, act_beta);
+  TORCH_CHECK(act.kind == gn_act::kNone, "group_norm_backward_cuda: activations are not implemented yet");
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cuda", input.scalar_type()));
   const c10::cuda::CUDAGuard guard(input.device());
@@ -643,11 +646,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   // dw / db are accumulated in the compute type and converted after when the weight has another dtype.
   at::Tensor dw_acc = output_mask[1] ? (pdt == acc ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor db_acc = output_mask[2] ? (pdt == acc ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
-  at::Tensor dx_out = output_mask[0] ? dx : at::Tensor();
+  // A channels-last input's grad_input is formed in NCHW order, then written back in the input's layout.
+  const bool via_nchw = output_mask[0] && !dx.is_contiguous();
+  at::Tensor dx_out = output_mask[0] ? (via_nchw ? at::empty(input.sizes(), input.options()) : dx) : at::Tensor();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
     run_backward<scalar_t>(x, dy, w, m, r, num_groups, dx_out, dw_acc, db_acc, stream);
   });
+  if (via_nchw) dx.copy_(dx_out);
   if (output_mask[1] && pdt != acc) dw.copy_(dw_acc);
   if (output_mask[2] && pdt != acc) dbias.copy_(db_acc);
   return {dx, dw, dbias};

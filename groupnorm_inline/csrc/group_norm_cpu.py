@@ -5,6 +5,7 @@ The CPU kernels favour exactness over speed: statistics in double with two passe
 (mean, then centred sum of squares), one `at::parallel_for` task per (n, g) slice.
 """
 
+from .activation import ACTIVATION_HEADER
 from .message import MESSAGE_HEADER
 
 # The torch.library namespace of the package's operators. Sources spell it GN_NAMESPACE, replaced by
@@ -20,17 +21,21 @@ def with_namespace(source: str, namespace: str = OP_NAMESPACE) -> str:
 
 
 # Operator schemas, kept in one place so the Python fake implementations can name them.
-FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps)"
-                  " -> (Tensor, Tensor, Tensor)")
+# `activation` is a gn_act::Kind code (0: none; see activations.py), act_alpha/act_beta its parameters:
+# out = act(group_norm(input)). The input is NCHW-contiguous or channels-last contiguous (4-D NHWC, 5-D
+# NDHWC); out has the input's layout.
+ACTIVATION_ARGS = "int activation=0, float act_alpha=0., float act_beta=0."
+FORWARD_SCHEMA = ("group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps, "
+                  + ACTIVATION_ARGS + ") -> (Tensor, Tensor, Tensor)")
 # Which launch plan the CUDA forward takes for an input (CUDA only; describes, launches nothing).
 PLAN_SCHEMA = "group_norm_forward_plan(Tensor input, int num_groups, bool affine) -> str"
 # The CUDA forward through a named plan (auto, small, resident, streamed[:key=value,...], fused, split):
 # for tests that cover every plan on small inputs and for benchmarks that compare plans (CUDA only).
 WITH_PLAN_SCHEMA = ("group_norm_forward_with_plan(Tensor input, int num_groups, Tensor? weight, Tensor? bias,"
-                    " float eps, str plan) -> (Tensor, Tensor, Tensor)")
+                    " float eps, str plan, " + ACTIVATION_ARGS + ") -> (Tensor, Tensor, Tensor)")
 
 # Host-side steps shared by the CPU and CUDA forwards (inline, so both translation units may hold a copy).
-GROUP_NORM_FORWARD_SHARED = MESSAGE_HEADER + r"""
+GROUP_NORM_FORWARD_SHARED = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #ifndef GN_INLINE_FORWARD_SHARED
 #define GN_INLINE_FORWARD_SHARED
 #include <ATen/core/Tensor.h>
@@ -72,27 +77,58 @@ inline AffineParams affine_params(const at::Tensor& input, const std::optional<a
   return p;
 }
 
-// One forward call, checked and with its outputs allocated: input (N, C, *) contiguous with HW trailing
-// elements per channel; y like the input, mean and rstd (N, num_groups) in compute_type. When `empty`, the
-// outputs are final (and `params` not read). `op` names the operator in the messages.
+// The channels-last format of an input of this rank (ChannelsLast / ChannelsLast3d), or Contiguous.
+inline at::MemoryFormat channels_last_format(const at::Tensor& input) {
+  return input.dim() == 4 ? at::MemoryFormat::ChannelsLast
+                          : (input.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+}
+
+// Whether the kernels read `input` as channels-last (NHWC / NDHWC: the channel is the fastest dim). A tensor
+// that is contiguous in both layouts (C == 1, or one spatial element) is read as NCHW.
+inline bool is_channels_last(const at::Tensor& input) {
+  const at::MemoryFormat cl = channels_last_format(input);
+  return cl != at::MemoryFormat::Contiguous && !input.is_contiguous() && input.is_contiguous(cl);
+}
+
+// The activation arguments of an operator, checked.
+inline gn_act::Params activation_params(int64_t activation, double alpha, double beta, const char* op) {
+  TORCH_CHECK(activation >= 0 && activation < gn_act::kNumKinds,
+              gn_inline_msg::cat(op, ": unknown activation code ", activation, " (expected 0 to ",
+                                 gn_act::kNumKinds - 1, ")"));
+  gn_act::Params p;
+  p.kind = static_cast<int>(activation);
+  p.alpha = alpha;
+  p.beta = beta;
+  return p;
+}
+
+// One forward call, checked and with its outputs allocated: input (N, C, *) NCHW- or channels-last contiguous
+// with HW spatial elements per channel; y like the input (same layout), mean and rstd (N, num_groups) in
+// compute_type. When `empty`, the outputs are final (and `params` not read). `op` names the operator.
 struct ForwardCall {
   at::Tensor y, mean, rstd;
   AffineParams params;
+  gn_act::Params act;
   int64_t N = 0, C = 0, HW = 0;
   bool empty = false;
+  bool channels_last = false;
 };
 
 inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
-                                   const std::optional<at::Tensor>& bias, const char* op) {
+                                   const std::optional<at::Tensor>& bias, int64_t activation, double act_alpha,
+                                   double act_beta, const char* op) {
   TORCH_CHECK(input.dim() >= 2,
               gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
-  TORCH_CHECK(input.is_contiguous(), gn_inline_msg::cat(op, ": expected a contiguous input"));
+  TORCH_CHECK(input.is_contiguous() || is_channels_last(input),
+              gn_inline_msg::cat(op, ": expected a contiguous or channels-last contiguous input"));
   TORCH_CHECK(num_groups > 0 && input.size(1) % num_groups == 0,
               gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got input "
                                  "of shape ", gn_inline_msg::shape(input.sizes()), " and num_groups=", num_groups));
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for(op, input.scalar_type()));
   ForwardCall call;
+  call.act = activation_params(activation, act_alpha, act_beta, op);
+  call.channels_last = is_channels_last(input);
   call.N = input.size(0);
   call.C = input.size(1);
   const at::ScalarType acc = compute_type(input);
@@ -121,7 +157,7 @@ namespace gn_inline_cpu {
 // x: contiguous (N*G slices, D); w, b: (C,) in the compute type or null; mean, rstd: (N*G,).
 template <typename T, typename C>
 void forward_kernel(const T* x, T* y, const C* w, const C* b, C* mean_out, C* rstd_out, int64_t slices,
-                    int64_t G, int64_t channels_per_group, int64_t HW, double eps) {
+                    int64_t G, int64_t channels_per_group, int64_t HW, double eps, gn_act::Params act) {
   const int64_t D = channels_per_group * HW;
   at::parallel_for(0, slices, 1, [&](int64_t first, int64_t last) {
     for (int64_t slice = first; slice < last; ++slice) {
@@ -143,7 +179,7 @@ void forward_kernel(const T* x, T* y, const C* w, const C* b, C* mean_out, C* rs
         const double a = w ? rstd * static_cast<double>(w[c0 + cl]) : rstd;
         const double shift = (b ? static_cast<double>(b[c0 + cl]) : 0.0) - mean * a;
         for (int64_t i = cl * HW; i < (cl + 1) * HW; ++i)
-          ys[i] = static_cast<T>(static_cast<double>(xs[i]) * a + shift);
+          ys[i] = static_cast<T>(gn_act::forward(act, static_cast<double>(xs[i]) * a + shift));
       }
     }
   });
@@ -152,23 +188,28 @@ void forward_kernel(const T* x, T* y, const C* w, const C* b, C* mean_out, C* rs
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::Tensor& input, int64_t num_groups,
                                                                       const std::optional<at::Tensor>& weight,
                                                                       const std::optional<at::Tensor>& bias,
-                                                                      double eps) {
+                                                                      double eps, int64_t activation,
+                                                                      double act_alpha, double act_beta) {
   TORCH_CHECK(input.device().is_cpu(), "group_norm_forward_cpu: expected a CPU input");
-  gn_inline_forward::ForwardCall call =
-      gn_inline_forward::prepare_forward(input, num_groups, weight, bias, "group_norm_forward_cpu");
+  gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
+      input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cpu");
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t N = call.N, C = call.C, HW = call.HW;
   const bool affine = call.params.affine();
   const at::Tensor &w = call.params.w, &b = call.params.b;
   const at::ScalarType dtype = input.scalar_type();
+  // Channels-last input: normalised through an NCHW copy, the result written back in the input's layout.
+  const at::Tensor x = call.channels_last ? input.contiguous() : input;
+  at::Tensor out = call.channels_last ? at::empty_like(x) : y;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "group_norm_forward_cpu", [&] {
     using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    forward_kernel<scalar_t, C_t>(input.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(),
+    forward_kernel<scalar_t, C_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
                                   affine ? w.data_ptr<C_t>() : nullptr, affine ? b.data_ptr<C_t>() : nullptr,
                                   mean.data_ptr<C_t>(), rstd.data_ptr<C_t>(), N * num_groups, num_groups,
-                                  C / num_groups, HW, eps);
+                                  C / num_groups, HW, eps, call.act);
   });
+  if (call.channels_last) y.copy_(out);
   return {y, mean, rstd};
 }
 

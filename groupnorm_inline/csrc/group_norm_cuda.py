@@ -27,6 +27,7 @@ folding them into double, and CTAs combine their sums in double. The output is f
 
 from .common_cuda import COMMON_CUDA_HEADER
 from .group_norm_cpu import GROUP_NORM_FORWARD_SHARED
+from .group_norm_channels_last_cuda import CHANNELS_LAST_FORWARD_CUDA
 from .group_norm_streamed_cuda import STREAMED_FORWARD_CUDA
 
 # Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
@@ -114,23 +115,24 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
 
 // Normalises one vector whose first element is at slice offset j; element k is in channel (j + k) / HW.
 // `w`, `b` point at the group's first channel; unused when !AFFINE.
-template <typename T, typename I, int VEC, bool AFFINE>
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, I HW, bool channel_per_vec,
                                                      const typename Compute<T>::type* __restrict__ w,
                                                      const typename Compute<T>::type* __restrict__ b,
-                                                     const SliceNorm<typename Compute<T>::type>& n) {
+                                                     const SliceNorm<typename Compute<T>::type>& n,
+                                                     const Epi& epi) {
   using C = typename Compute<T>::type;
   Vec<T, VEC> out;
   if (!AFFINE) {
     const C shift = -n.mean_k * n.rstd;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * n.rstd + shift);
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * n.rstd + shift));
   } else if (channel_per_vec) {  // HW % VEC == 0: the whole vector lies in one channel
     const I c = j / HW;
     const C a = n.rstd * w[c];
     const C shift = b[c] - n.mean_k * a;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + shift);
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * a + shift));
   } else {  // the vector may cross channel boundaries (HW < VEC or HW % VEC != 0)
     I c = j / HW;
     I r = j - c * HW;
@@ -138,18 +140,19 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
     for (int k = 0; k < VEC; ++k) {
       if (r == HW) { ++c; r = 0; }
       const C a = n.rstd * w[c];
-      out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - n.K) * a + (b[c] - n.mean_k * a));
+      out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * a + (b[c] - n.mean_k * a)));
       ++r;
     }
   }
   return out;
 }
 
-template <typename T, typename I, int VEC, bool AFFINE>
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
                                                 I HW, const typename Compute<T>::type* __restrict__ w,
                                                 const typename Compute<T>::type* __restrict__ b,
-                                                const SliceNorm<typename Compute<T>::type>& n) {
+                                                const SliceNorm<typename Compute<T>::type>& n,
+                                                const Epi& epi) {
   const bool channel_per_vec = (HW % VEC) == 0;
   const I stride = static_cast<I>(blockDim.x) * VEC;
   I j = begin + static_cast<I>(threadIdx.x) * VEC;
@@ -160,21 +163,21 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       store_vec_streaming<T, VEC>(ys + j + u * stride,
-                                  normalize_vec<T, I, VEC, AFFINE>(v[u], j + u * stride, HW, channel_per_vec, w, b, n));
+                                  normalize_vec<T, I, VEC, AFFINE, Epi>(v[u], j + u * stride, HW, channel_per_vec, w, b, n, epi));
   }
   for (; j < end; j += stride)
     store_vec_streaming<T, VEC>(
-        ys + j, normalize_vec<T, I, VEC, AFFINE>(load_vec<T, VEC>(xs + j), j, HW, channel_per_vec, w, b, n));
+        ys + j, normalize_vec<T, I, VEC, AFFINE, Epi>(load_vec<T, VEC>(xs + j), j, HW, channel_per_vec, w, b, n, epi));
 }
 
 // ---- small plan: LANES threads per slice, the slice in registers --------------------------------------
 // x, y: (slices, D) with D <= LANES * VEC * kSmallVecs; grid-stride over CTA-sized groups of slices.
-template <typename T, int VEC, int LANES, bool AFFINE>
+template <typename T, int VEC, int LANES, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_small_slices(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, double eps) {
+    int D, double eps, Epi epi) {
   using C = typename Compute<T>::type;
   const int lane = threadIdx.x % LANES;
   const int64_t slices_per_cta = blockDim.x / LANES;
@@ -211,21 +214,21 @@ __global__ void __launch_bounds__(kThreads) gn_small_slices(
     for (int u = 0; u < kSmallVecs; ++u) {
       const int j = (u * LANES + lane) * VEC;
       if (j < D)
-        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(v[u], j, HW, channel_per_vec,
+        store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v[u], j, HW, channel_per_vec,
                                                                                 AFFINE ? w + c0 : w,
-                                                                                AFFINE ? b + c0 : b, n));
+                                                                                AFFINE ? b + c0 : b, n, epi));
     }
   }
 }
 
 // ---- resident plan: a cluster of CTAs per slice, the slice in shared memory ----------------------------
 // CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)), part a multiple of VEC.
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int channels_per_group, int HW, int D, int part,
-    double eps) {
+    double eps, Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   // Built for pre-Hopper archs: clusters do not exist; the host only launches this with one CTA per slice.
   const int rank = 0, cluster_size = 1;
@@ -307,9 +310,9 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   const bool channel_per_vec = (HW % VEC) == 0;
   for (j = begin + threadIdx.x * VEC; j < end; j += stride) {
     const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
-    store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE>(v, j, HW, channel_per_vec,
+    store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
                                                                             AFFINE ? w + c0 : w,
-                                                                            AFFINE ? b + c0 : b, n));
+                                                                            AFFINE ? b + c0 : b, n, epi));
   }
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
   cluster.barrier_wait();
@@ -317,12 +320,12 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
 }
 
 // ---- fused plan: one CTA per slice, two reads ------------------------------------------------------------
-template <typename T, typename I, int VEC, bool AFFINE>
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_fused_forward(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int64_t channels_per_group, I HW, I D,
-    double eps) {
+    double eps, Epi epi) {
   using C = typename Compute<T>::type;
   __shared__ double scratch[64];
   const int64_t slice = blockIdx.x;
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(kThreads) gn_fused_forward(
   const SliceNorm<C> n = norm_from_sums<C>(s, ss, static_cast<double>(D), K, eps);
   if (threadIdx.x == 0) write_stats(n, mean_out, rstd_out, slice);
   const int64_t c0 = (slice % G) * channels_per_group;
-  normalize_range<T, I, VEC, AFFINE>(xs, ys, I(0), D, HW, AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, n);
+  normalize_range<T, I, VEC, AFFINE, Epi>(xs, ys, I(0), D, HW, AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, n, epi);
 }
 
 // ---- split plan ----------------------------------------------------------------------------------------
@@ -386,19 +389,19 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
 }
 
 // Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1).
-template <typename T, typename I, int VEC, bool AFFINE>
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_apply(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
-    int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk) {
+    int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk, Epi epi) {
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t slice = item / splits;
     const int64_t offset = slice * static_cast<int64_t>(D);
     const I begin = static_cast<I>(item - slice * splits) * chunk;
     const I end = begin + chunk < D ? begin + chunk : D;
     const int64_t c0 = (slice % G) * channels_per_group;
-    normalize_range<T, I, VEC, AFFINE>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
-                                       AFFINE ? b + c0 : b, norm[slice]);
+    normalize_range<T, I, VEC, AFFINE, Epi>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
+                                       AFFINE ? b + c0 : b, norm[slice], epi);
   }
 }
 
@@ -484,7 +487,15 @@ struct Problem {
   std::string* plan = nullptr;  // when set: describe the chosen plan here and launch nothing
   const std::string* force = nullptr;  // when set and not "auto": take this plan or fail (tests, benchmarks)
   int64_t* trace = nullptr;  // streamed plan only: phase timestamps (group_norm_streamed_trace)
+  gn_act::Params act{};      // the epilogue's activation (read when the kernels are instantiated for Runtime)
 };
+
+// The epilogue functor a launch passes to its kernel: Identity carries nothing, Runtime the call's activation.
+template <typename Epi>
+inline Epi make_epilogue(const gn_act::Params& act) {
+  if constexpr (std::is_same_v<Epi, gn_act::Runtime>) return gn_act::Runtime{act};
+  else return Epi{};
+}
 
 template <typename T>
 struct Pointers {
@@ -502,7 +513,7 @@ struct Pointers {
 constexpr int64_t kResidentTargetBytes = 64 * 1024;
 constexpr int64_t kResidentMaxBytes = 200 * 1024;
 
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   const DeviceInfo& dev = device_info(pr.device);
   const int64_t bytes = pr.D * static_cast<int64_t>(sizeof(T));
@@ -517,7 +528,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   int threads = 64;
   while (threads < kResidentMaxThreads && static_cast<int64_t>(threads) * VEC * kUnroll < part) threads *= 2;
 
-  auto kernel = gn_resident<T, VEC, AFFINE>;
+  auto kernel = gn_resident<T, VEC, AFFINE, Epi>;
   if (max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem) < 1) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
@@ -539,7 +550,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,
                                     static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(pr.D),
-                                    static_cast<int>(part), pr.eps));
+                                    static_cast<int>(part), pr.eps, make_epilogue<Epi>(pr.act)));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -553,7 +564,7 @@ unsigned resident_grid(Kernel kernel, int64_t items, int device) {
   return static_cast<unsigned>(std::min(items, resident));
 }
 
-template <typename T, int VEC, int LANES, bool AFFINE>
+template <typename T, int VEC, int LANES, bool AFFINE, typename Epi>
 void launch_small(const Pointers<T>& p, const Problem& pr) {
   const int64_t slices_per_cta = kThreads / LANES;
   if (pr.plan) {
@@ -563,15 +574,15 @@ void launch_small(const Pointers<T>& p, const Problem& pr) {
   }
   const int64_t blocks = std::min<int64_t>(ceil_div(pr.slices, slices_per_cta),
                                            static_cast<int64_t>(device_info(pr.device).sms) * 16);
-  gn_small_slices<T, VEC, LANES, AFFINE><<<static_cast<unsigned>(blocks), kThreads, 0, pr.stream>>>(
+  gn_small_slices<T, VEC, LANES, AFFINE, Epi><<<static_cast<unsigned>(blocks), kThreads, 0, pr.stream>>>(
       p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
-      static_cast<int>(pr.D), pr.eps);
+      static_cast<int>(pr.D), pr.eps, make_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 enum class TwoReadMode { kAuto, kFused, kSplit };
 
-template <typename T, typename I, int VEC, bool AFFINE>
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts,
                       TwoReadMode mode = TwoReadMode::kAuto) {
   using C = typename Compute<T>::type;
@@ -588,8 +599,9 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
     return;
   }
   if (splits == 1) {
-    gn_fused_forward<T, I, VEC, AFFINE><<<static_cast<unsigned>(pr.slices), kThreads, 0, pr.stream>>>(
-        p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G, pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D), pr.eps);
+    gn_fused_forward<T, I, VEC, AFFINE, Epi><<<static_cast<unsigned>(pr.slices), kThreads, 0, pr.stream>>>(
+        p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G, pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D), pr.eps,
+        make_epilogue<Epi>(pr.act));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -614,27 +626,27 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   gn_finalize<T><<<static_cast<unsigned>(pr.slices), 128, 0, pr.stream>>>(
       p.x, partial.data_ptr<double>(), static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_apply<T, I, VEC, AFFINE><<<resident_grid(gn_apply<T, I, VEC, AFFINE>, items, pr.device), kThreads, 0,
+  gn_apply<T, I, VEC, AFFINE, Epi><<<resident_grid(gn_apply<T, I, VEC, AFFINE, Epi>, items, pr.device), kThreads, 0,
                                 pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, items, static_cast<int>(splits), pr.G,
                                              pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D),
-                                             static_cast<I>(chunk));
+                                             static_cast<I>(chunk), make_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 """ + STREAMED_FORWARD_CUDA + r"""
 // Picks the plan for one problem (see the module docstring) and launches it.
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_two_read(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts, TwoReadMode mode) {
-  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE>(p, pr, opts, mode);
-  launch_streaming<T, int64_t, VEC, AFFINE>(p, pr, opts, mode);  // 64-bit offsets inside a slice
+  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE, Epi>(p, pr, opts, mode);
+  launch_streaming<T, int64_t, VEC, AFFINE, Epi>(p, pr, opts, mode);  // 64-bit offsets inside a slice
 }
 
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 bool try_launch_small(const Pointers<T>& p, const Problem& pr) {
   const int64_t per_lane = static_cast<int64_t>(VEC) * kSmallVecs;
-  if (pr.D <= 4 * per_lane) return launch_small<T, VEC, 4, AFFINE>(p, pr), true;
-  if (pr.D <= 8 * per_lane) return launch_small<T, VEC, 8, AFFINE>(p, pr), true;
-  if (pr.D <= 32 * per_lane) return launch_small<T, VEC, 32, AFFINE>(p, pr), true;
+  if (pr.D <= 4 * per_lane) return launch_small<T, VEC, 4, AFFINE, Epi>(p, pr), true;
+  if (pr.D <= 8 * per_lane) return launch_small<T, VEC, 8, AFFINE, Epi>(p, pr), true;
+  if (pr.D <= 32 * per_lane) return launch_small<T, VEC, 32, AFFINE, Epi>(p, pr), true;
   return false;
 }
 
@@ -657,15 +669,15 @@ inline int64_t plan_option(const std::string& plan, const std::string& key, int6
 }
 
 // A plan asked for by name (tests and benchmarks): launches it, or fails saying why it cannot.
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
   const std::string& plan = *pr.force;
   const std::string name = plan.substr(0, plan.find(':'));
   bool launched = true;
   if (name == "small") {
-    launched = try_launch_small<T, VEC, AFFINE>(p, pr);
+    launched = try_launch_small<T, VEC, AFFINE, Epi>(p, pr);
   } else if (name == "resident") {
-    launched = try_launch_resident<T, VEC, AFFINE>(p, pr);
+    launched = try_launch_resident<T, VEC, AFFINE, Epi>(p, pr);
   } else if (name == "streamed") {
     StreamedOptions opt;
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
@@ -673,11 +685,11 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     opt.smem_cap = smem_kb < 0 ? -1 : smem_kb * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
     opt.forced = true;
-    launched = try_launch_streamed<T, VEC, AFFINE>(p, pr, opt);
+    launched = try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, opt);
   } else if (name == "fused") {
-    launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kFused);
+    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kFused);
   } else if (name == "split") {
-    launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kSplit);
+    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit);
   } else {
     TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,
                                           "'; expected auto, small, resident, streamed, fused or split"));
@@ -686,38 +698,49 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
                                            pr.D, " elements (", pr.slices, " slices, vec ", VEC, ") on this device"));
 }
 
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
-  if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE>(p, pr, opts);
-  if (try_launch_small<T, VEC, AFFINE>(p, pr)) return;
-  if (try_launch_resident<T, VEC, AFFINE>(p, pr)) return;
-  if (try_launch_streamed<T, VEC, AFFINE>(p, pr, StreamedOptions{})) return;
-  launch_two_read<T, VEC, AFFINE>(p, pr, opts, TwoReadMode::kAuto);
+  if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE, Epi>(p, pr, opts);
+  if (try_launch_small<T, VEC, AFFINE, Epi>(p, pr)) return;
+  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr)) return;
+  if (try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, StreamedOptions{})) return;
+  launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
 }
 
+// x, y: (N, C, HW) contiguous. Plain GroupNorm (act.kind == kNone) runs kernels instantiated for the Identity
+// epilogue, which compiles to exactly the normalisation; any activation runs the Runtime instantiation.
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
                    at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
-                   std::string* plan = nullptr, const std::string* force = nullptr, int64_t* trace = nullptr) {
+                   const gn_act::Params& act, std::string* plan = nullptr, const std::string* force = nullptr,
+                   int64_t* trace = nullptr) {
   using C = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
-  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force, trace};
+  Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force, trace, act};
   Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
                 AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
-  if (aligned && pr.D % V == 0) launch_forward<T, V, AFFINE>(p, pr, x.options());
-  else launch_forward<T, 1, AFFINE>(p, pr, x.options());  // slices not 16-byte aligned: element accesses
+  const bool vectorised = aligned && pr.D % V == 0;  // else slices are not 16-byte aligned: element accesses
+  if (act.kind == gn_act::kNone) {
+    if (vectorised) launch_forward<T, V, AFFINE, gn_act::Identity>(p, pr, x.options());
+    else launch_forward<T, 1, AFFINE, gn_act::Identity>(p, pr, x.options());
+  } else {
+    if (vectorised) launch_forward<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options());
+    else launch_forward<T, 1, AFFINE, gn_act::Runtime>(p, pr, x.options());
+  }
 }
 
+""" + CHANNELS_LAST_FORWARD_CUDA + r"""
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, int64_t num_groups,
                                                             const std::optional<at::Tensor>& weight,
                                                             const std::optional<at::Tensor>& bias, double eps,
+                                                            int64_t activation, double act_alpha, double act_beta,
                                                             const std::string* force, int64_t* trace = nullptr) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
   const c10::cuda::CUDAGuard guard(input.device());
-  gn_inline_forward::ForwardCall call =
-      gn_inline_forward::prepare_forward(input, num_groups, weight, bias, "group_norm_forward_cuda");
+  gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
+      input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda");
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t HW = call.HW;
@@ -725,9 +748,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
   const at::Tensor &w = call.params.w, &b = call.params.b;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   const at::ScalarType st = input.scalar_type();
+  if (call.channels_last) {
+    TORCH_CHECK(force == nullptr || *force == "auto",
+                "group_norm_forward_with_plan: named plans take NCHW-contiguous inputs only");
+    launch_forward_channels_last(input, y, call.params, mean, rstd, num_groups, HW, eps, call.act, stream);
+    return {y, mean, rstd};
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_cuda", [&] {
-    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
-    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, nullptr, force, trace);
+    if (affine) forward_typed<scalar_t, true>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, call.act, nullptr, force, trace);
+    else forward_typed<scalar_t, false>(input, y, w, b, mean, rstd, num_groups, HW, eps, stream, call.act, nullptr, force, trace);
   });
   return {y, mean, rstd};
 }
@@ -735,16 +764,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cuda(const at::Tensor& input, int64_t num_groups,
                                                                        const std::optional<at::Tensor>& weight,
                                                                        const std::optional<at::Tensor>& bias,
-                                                                       double eps) {
-  return forward_impl(input, num_groups, weight, bias, eps, nullptr);
+                                                                       double eps, int64_t activation,
+                                                                       double act_alpha, double act_beta) {
+  return forward_impl(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta, nullptr);
 }
 
 // The forward through a plan named by the caller ("auto" is the normal choice): tests run every plan on
 // small inputs, benchmarks compare plans. A plan that cannot take the input raises.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_with_plan_cuda(
     const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
-    const std::optional<at::Tensor>& bias, double eps, const std::string& plan) {
-  return forward_impl(input, num_groups, weight, bias, eps, &plan);
+    const std::optional<at::Tensor>& bias, double eps, const std::string& plan, int64_t activation,
+    double act_alpha, double act_beta) {
+  return forward_impl(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta, &plan);
 }
 
 // Diagnostics of the streamed plan: runs `plan` (a "streamed[:options]" plan, no affine, eps 1e-5) once and
@@ -758,7 +789,8 @@ at::Tensor group_norm_streamed_trace_cuda(const at::Tensor& input, int64_t num_g
   at::Tensor trace = at::empty({device_info(input.get_device()).sms, kTraceRounds, kTracePoints},
                                input.options().dtype(at::kLong));
   trace.zero_();
-  forward_impl(input.contiguous(), num_groups, std::nullopt, std::nullopt, 1e-5, &plan, trace.data_ptr<int64_t>());
+  forward_impl(input.contiguous(), num_groups, std::nullopt, std::nullopt, 1e-5, gn_act::kNone, 0.0, 0.0, &plan,
+               trace.data_ptr<int64_t>());
   return trace;
 }
 
@@ -779,8 +811,8 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
   TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(st),
                               gn_inline_msg::not_implemented_for("group_norm_forward_plan", st));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_plan", [&] {
-    if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
-    else forward_typed<scalar_t, false>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, &plan);
+    if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, {}, &plan);
+    else forward_typed<scalar_t, false>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, {}, &plan);
   });
   return plan;
 }

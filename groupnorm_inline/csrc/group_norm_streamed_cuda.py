@@ -128,12 +128,13 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 // they are fixed for the round: no weight (w == nullptr), or every CTA's part lies in one channel (#35: half
 // a channel per CTA); per-vector lookups cost ~5% of the round there, mostly through register pressure.
 // TRACE: stamp the phases into `trace` (the diagnostics operator's own instantiation).
-template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE>
+template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE, typename Epi>
 __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
     const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
-    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace) {
+    int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace,
+    Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
@@ -281,11 +282,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     {
       auto norm = [&](const V& v, int j) -> V {
         if constexpr (PER_VEC_CHANNEL) {
-          return normalize_vec<T, int, VEC, true>(v, j, HW, channel_per_vec, wg, bg, nrm);
+          return normalize_vec<T, int, VEC, true, Epi>(v, j, HW, channel_per_vec, wg, bg, nrm, epi);
         } else {
           V out;
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>((static_cast<C>(v.v[k]) - nrm.K) * a + shift);
+          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - nrm.K) * a + shift));
           return out;
         }
       };
@@ -387,7 +388,7 @@ struct StreamedOptions {
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
-template <typename T, int VEC, bool AFFINE>
+template <typename T, int VEC, bool AFFINE, typename Epi>
 bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const StreamedOptions& opt) {
   if constexpr (sizeof(T) * VEC != 16) {
     return false;
@@ -398,17 +399,17 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     cudaLaunchConfig_t config;
     cudaLaunchAttribute attr[1];
     bool ok = false;
-    using Kernel = decltype(&gn_streamed<T, VEC, false, false>);
+    using Kernel = decltype(&gn_streamed<T, VEC, false, false, Epi>);
     Kernel kernel = nullptr;
     for (int cluster : {16, 8}) {
       if (opt.cluster != 0 && cluster != opt.cluster) continue;
       // Per-vector coefficients only where a part spans channels (it depends on the part, so on the cluster).
       const bool per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
-      kernel = per_vec_channel ? gn_streamed<T, VEC, true, false> : gn_streamed<T, VEC, false, false>;
+      kernel = per_vec_channel ? gn_streamed<T, VEC, true, false, Epi> : gn_streamed<T, VEC, false, false, Epi>;
       if (pr.trace != nullptr) {
         kernel = nullptr;
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>)
-          if (!per_vec_channel) kernel = gn_streamed<T, VEC, false, true>;
+        if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) && Epi::kIsIdentity)
+          if (!per_vec_channel) kernel = gn_streamed<T, VEC, false, true, Epi>;
         TORCH_CHECK(kernel != nullptr, "group_norm_streamed_trace: float32 and bfloat16 inputs only, without weight");
       }
       ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), pr.device, dev, pr.D, pr.slices, cluster,
@@ -432,7 +433,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, AFFINE ? p.w : nullptr, AFFINE ? p.b : nullptr, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps, pr.trace));
+                                      pr.eps, pr.trace, make_epilogue<Epi>(pr.act)));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
