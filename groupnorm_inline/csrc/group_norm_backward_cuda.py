@@ -42,6 +42,7 @@ GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_BACKWARD_CHE
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 #include <algorithm>
+#include <type_traits>
 #include <array>
 
 namespace gn_inline_backward {
@@ -76,15 +77,27 @@ __device__ __forceinline__ void block_sum3(double& a, double& b, double& c, doub
   __syncthreads();
 }
 
+// The gradient that reaches the normalisation: dz = dy * act'(z), z = (x - m) * a + bias, where a = rstd * w[c]
+// and bias = b[c] are the channel's affine coefficients and d = x - m (m the saved mean). With the Identity
+// epilogue (no activation) this is dy and the coefficients are never read.
+template <typename Epi, typename A>
+__device__ __forceinline__ A grad_z(const Epi& epi, A g, A d, A a, A bias) {
+  if constexpr (Epi::kIsIdentity) return g;
+  else return g * epi.grad(d * a + bias);
+}
+
 // ---------------------------------------------------------------------------------- 1. channel sums
 
 // Row path. CTA b = row * splits + split sums chunk [split * chunk, +chunk) of its row: consecutive CTAs
 // stream consecutive memory.
 // x, dy: (rows, HW); mean: (N * G,); partial: (rows, splits, kSums) holding (ds, db, dm).
-template <typename T, int VEC>
+// Epi: the forward's epilogue; w, b, rstd are read only for an activation (to form z).
+template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_channel_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
-    typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits) {
+    typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits,
+    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ b,
+    const typename Acc<T>::type* __restrict__ rstd, int64_t C, Epi epi) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[3 * 32];
   const int64_t cta = blockIdx.x;
@@ -92,6 +105,11 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
   const T* xr = x + row * HW;
   const T* dyr = dy + row * HW;
   const A mu = mean[row / cpg];
+  A za = A(1), zb = A(0);  // z = (x - mu) * za + zb
+  if constexpr (!Epi::kIsIdentity) {
+    za = rstd[row / cpg] * (w ? w[row % C] : A(1));
+    zb = b ? b[row % C] : A(0);
+  }
   const int64_t begin = (cta - row * splits) * chunk;
   const int64_t end = begin + chunk < HW ? begin + chunk : HW;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
@@ -109,8 +127,8 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A g = static_cast<A>(gv[u].v[k]);
         const A d = static_cast<A>(xv[u].v[k]) - mu;
+        const A g = grad_z(epi, static_cast<A>(gv[u].v[k]), d, za, zb);
         ls += g * d;
         lb += g;
         lm += d;
@@ -125,8 +143,8 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
     A ls = 0, lb = 0, lm = 0;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      const A g = static_cast<A>(gv.v[k]);
       const A d = static_cast<A>(xv.v[k]) - mu;
+      const A g = grad_z(epi, static_cast<A>(gv.v[k]), d, za, zb);
       ls += g * d;
       lb += g;
       lm += d;
@@ -149,11 +167,12 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
 // unit; groups of up to 32 lanes sit inside one warp and reduce by shuffles, wider groups finish
 // through shared memory. The loop is CTA-uniform, so every thread reaches every barrier.
 // w: (C,) or null; partial: (slices, splits, kSums) = (sum w dy (x - m), sum w dy, sum (x - m)).
-template <typename T, typename I>
+template <typename T, typename I, typename Epi>
 __global__ void __launch_bounds__(kThreads) short_slice_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ w,
     const typename Acc<T>::type* __restrict__ mean, typename Acc<T>::type* __restrict__ partial, I units,
-    I splits, I chunk, I D, I HW, I G, int lanes) {
+    I splits, I chunk, I D, I HW, I G, int lanes, const typename Acc<T>::type* __restrict__ bias,
+    const typename Acc<T>::type* __restrict__ rstd, Epi epi) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[kThreads / 32][kSums];
   const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
@@ -172,9 +191,13 @@ __global__ void __launch_bounds__(kThreads) short_slice_sums(
       const T* dys = dy + static_cast<int64_t>(slice) * D;
       const A mu = mean[slice];
       const A* wg = w ? w + (slice % G) * cpg : nullptr;
+      const A* bg = bias ? bias + (slice % G) * cpg : nullptr;
+      const A sigma = Epi::kIsIdentity ? A(1) : rstd[slice];
       for (I e = begin + lane; e < end; e += lanes) {
-        const A g = static_cast<A>(dys[e]) * (wg ? wg[e / HW] : A(1));
+        const A wc = wg ? wg[e / HW] : A(1);
         const A d = static_cast<A>(xs[e]) - mu;
+        const A g = grad_z(epi, static_cast<A>(dys[e]), d, sigma * wc,
+                           (!Epi::kIsIdentity && bg) ? bg[e / HW] : A(0)) * wc;
         s += static_cast<double>(g * d);
         b += static_cast<double>(g);
         m += static_cast<double>(d);
@@ -324,12 +347,13 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 
 // Row path, the chunks of row_channel_sums walked from the last one: what step 1 read last is what L2
 // still holds. dx: (rows, HW), written with streaming stores.
-template <typename T, int VEC>
+template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
     const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    int64_t C, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits) {
+    int64_t C, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits, const typename Acc<T>::type* __restrict__ b,
+    Epi epi) {
   using A = typename Acc<T>::type;
   const int64_t cta = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
   const int64_t row = cta / splits;
@@ -338,6 +362,7 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
   const T* dyr = dy + offset;
   T* dxr = dx + offset;
   const RowCoefficients<A> k = row_coefficients<A>(row, C, cpg, w, mean, rstd, coef);
+  const A zb = (!Epi::kIsIdentity && b) ? b[row % C] : A(0);  // z = (x - mean) * k.a + zb
   const int64_t begin = (cta - row * splits) * chunk;
   const int64_t end = begin + chunk < HW ? begin + chunk : HW;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * VEC;
@@ -353,9 +378,10 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
     for (int u = 0; u < kUnroll; ++u) {
       Vec<T, VEC> out;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        out.v[e] = static_cast<T>(k.a * static_cast<A>(gv[u].v[e]) +
-                                  k.coef_x * (static_cast<A>(xv[u].v[e]) - k.mean) + k.coef_1);
+      for (int e = 0; e < VEC; ++e) {
+        const A d = static_cast<A>(xv[u].v[e]) - k.mean;
+        out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv[u].v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
+      }
       store_vec_streaming<T, VEC>(dxr + j + u * stride, out);
     }
   }
@@ -364,9 +390,10 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
     const Vec<T, VEC> gv = load_vec<T, VEC>(dyr + j);
     Vec<T, VEC> out;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      out.v[e] = static_cast<T>(k.a * static_cast<A>(gv.v[e]) +
-                                k.coef_x * (static_cast<A>(xv.v[e]) - k.mean) + k.coef_1);
+    for (int e = 0; e < VEC; ++e) {
+      const A d = static_cast<A>(xv.v[e]) - k.mean;
+      out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv.v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
+    }
     store_vec_streaming<T, VEC>(dxr + j, out);
   }
 }
@@ -375,17 +402,19 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
 // q + segments, ..., and segments = C * k, so all its rows are of channel c = q % C. dx may be null
 // (only parameter grads asked for); param_partial: (segments, 2) doubles = (sum rstd * dy (x - m - delta),
 // sum dy) of the segment's rows, or null.
-template <typename T, typename I>
+template <typename T, typename I, typename Epi>
 __global__ void __launch_bounds__(kThreads) short_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
     const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    double* __restrict__ param_partial, I rows, I C, I cpg, I HW, I segments, int seg) {
+    double* __restrict__ param_partial, I rows, I C, I cpg, I HW, I segments, int seg,
+    const typename Acc<T>::type* __restrict__ b, Epi epi) {
   using A = typename Acc<T>::type;
   const I thread = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
   const I q = thread / seg;
   const I seg_lane = thread & (seg - 1);
   const A wc = (w && q < segments) ? w[q % C] : A(1);
+  const A bc = (!Epi::kIsIdentity && b && q < segments) ? b[q % C] : A(0);
   double pw = 0, pb = 0;
   for (I row = q < segments ? q : rows; row < rows; row += segments) {
     const I slice = row / cpg;
@@ -395,8 +424,8 @@ __global__ void __launch_bounds__(kThreads) short_grad_input(
     const int64_t offset = static_cast<int64_t>(row) * HW;
     A lw = 0, lb = 0;
     for (I i = seg_lane; i < HW; i += seg) {
-      const A g = static_cast<A>(dy[offset + i]);
       const A d = static_cast<A>(x[offset + i]) - mu;
+      const A g = grad_z(epi, static_cast<A>(dy[offset + i]), d, a, bc);
       if (dx) dx[offset + i] = static_cast<T>(a * g + coef_x * d + coef_1);
       lw += g * (d - delta);
       lb += g;
@@ -488,26 +517,8 @@ inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t N, int64_t C
   return p;
 }
 
-template <typename T, int VEC>
-void launch_row_sums(const T* x, const T* dy, const typename Acc<T>::type* mean, typename Acc<T>::type* partial,
-                     int64_t rows, int64_t cpg, int64_t HW, const RowPlan& p, cudaStream_t stream) {
-  row_channel_sums<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
-      x, dy, mean, partial, cpg, HW, p.chunk, p.splits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-template <typename T, int VEC>
-void launch_row_grad_input(const T* x, const T* dy, T* dx, const typename Acc<T>::type* w,
-                           const typename Acc<T>::type* mean, const typename Acc<T>::type* rstd,
-                           const typename Acc<T>::type* coef, int64_t rows, int64_t C, int64_t cpg, int64_t HW,
-                           const RowPlan& p, cudaStream_t stream) {
-  row_grad_input<T, VEC><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
-      x, dy, dx, w, mean, rstd, coef, C, cpg, HW, p.chunk, p.splits);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Pointers and sizes of one backward call. x, dy: contiguous (N, C, HW); w: (C,) in the compute type or
-// null; mean, rstd: (N, G); dx, dw, db: outputs or null when not asked for.
+// Pointers and sizes of one backward call. x, dy: contiguous (N, C, HW); w, b: (C,) in the compute type or
+// null; mean, rstd: (N, G); dx, dw, db: outputs or null when not asked for; act: the forward's activation.
 template <typename T>
 struct Problem {
   using A = typename Acc<T>::type;
@@ -515,12 +526,38 @@ struct Problem {
   const T* dy;
   T* dx;
   const A* w;
+  const A* b;
   const A* mean;
   const A* rstd;
   A* dw;
   A* db;
   int64_t N, C, G, cpg, HW;
+  gn_act::Params act;
 };
+
+template <typename Epi>
+inline Epi backward_epilogue(const gn_act::Params& act) {
+  if constexpr (std::is_same_v<Epi, gn_act::Runtime>) return gn_act::Runtime{act};
+  else return Epi{};
+}
+
+template <typename T, int VEC, typename Epi>
+void launch_row_sums(const Problem<T>& pr, typename Acc<T>::type* partial, int64_t rows, const RowPlan& p,
+                     cudaStream_t stream) {
+  row_channel_sums<T, VEC, Epi><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
+      pr.x, pr.dy, pr.mean, partial, pr.cpg, pr.HW, p.chunk, p.splits, pr.w, pr.b, pr.rstd, pr.C,
+      backward_epilogue<Epi>(pr.act));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, int VEC, typename Epi>
+void launch_row_grad_input(const Problem<T>& pr, const typename Acc<T>::type* coef, int64_t rows, const RowPlan& p,
+                           cudaStream_t stream) {
+  row_grad_input<T, VEC, Epi><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
+      pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, coef, pr.C, pr.cpg, pr.HW, p.chunk, p.splits, pr.b,
+      backward_epilogue<Epi>(pr.act));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
 template <typename T>
 void launch_coefficients(const Problem<T>& pr, const typename Acc<T>::type* partial, bool weighted,
@@ -533,7 +570,7 @@ void launch_coefficients(const Problem<T>& pr, const typename Acc<T>::type* part
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T>
+template <typename T, typename Epi>
 void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorOptions& acc_opts,
                   cudaStream_t stream) {
   using A = typename Acc<T>::type;
@@ -544,8 +581,8 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
   at::Tensor coef = at::empty({pr.N * pr.G * kCoefs}, acc_opts);        // (N * G, kCoefs)
   A* pp = partial.data_ptr<A>();
   A* cp = coef.data_ptr<A>();
-  if (p.vec == V) launch_row_sums<T, V>(pr.x, pr.dy, pr.mean, pp, rows, pr.cpg, pr.HW, p, stream);
-  else launch_row_sums<T, 1>(pr.x, pr.dy, pr.mean, pp, rows, pr.cpg, pr.HW, p, stream);
+  if (p.vec == V) launch_row_sums<T, V, Epi>(pr, pp, rows, p, stream);
+  else launch_row_sums<T, 1, Epi>(pr, pp, rows, p, stream);
   launch_coefficients<T>(pr, pp, /*weighted=*/true, pr.cpg * p.splits, p.splits, cp, stream);
   if (pr.dw || pr.db) {
     row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
@@ -553,13 +590,11 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   if (pr.dx == nullptr) return;
-  if (p.vec == V)
-    launch_row_grad_input<T, V>(pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, rows, pr.C, pr.cpg, pr.HW, p, stream);
-  else
-    launch_row_grad_input<T, 1>(pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, rows, pr.C, pr.cpg, pr.HW, p, stream);
+  if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, p, stream);
+  else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, p, stream);
 }
 
-template <typename T, typename I>
+template <typename T, typename I, typename Epi>
 void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   const int64_t slices = pr.N * pr.G, D = pr.cpg * pr.HW, rows = pr.N * pr.C;
@@ -568,18 +603,19 @@ void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_
   at::Tensor coef = at::empty({slices * kCoefs}, acc_opts);              // (N * G, kCoefs)
   A* pp = partial.data_ptr<A>();
   A* cp = coef.data_ptr<A>();
-  short_slice_sums<T, I><<<static_cast<unsigned>(p.sum_blocks), kThreads, 0, stream>>>(
+  short_slice_sums<T, I, Epi><<<static_cast<unsigned>(p.sum_blocks), kThreads, 0, stream>>>(
       pr.x, pr.dy, pr.w, pr.mean, pp, static_cast<I>(slices * p.splits), static_cast<I>(p.splits),
-      static_cast<I>(p.chunk), static_cast<I>(D), static_cast<I>(pr.HW), static_cast<I>(pr.G), p.lanes);
+      static_cast<I>(p.chunk), static_cast<I>(D), static_cast<I>(pr.HW), static_cast<I>(pr.G), p.lanes, pr.b,
+      pr.rstd, backward_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_coefficients<T>(pr, pp, /*weighted=*/false, p.splits, p.splits, cp, stream);
   const bool params = pr.dw || pr.db;
   at::Tensor param_partial;
   if (params) param_partial = at::empty({pr.C * p.k * 2}, acc_opts.dtype(at::kDouble));  // (k * C, 2)
-  short_grad_input<T, I><<<static_cast<unsigned>(p.grad_blocks), kThreads, 0, stream>>>(
+  short_grad_input<T, I, Epi><<<static_cast<unsigned>(p.grad_blocks), kThreads, 0, stream>>>(
       pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, cp, params ? param_partial.data_ptr<double>() : nullptr,
       static_cast<I>(rows), static_cast<I>(pr.C), static_cast<I>(pr.cpg), static_cast<I>(pr.HW),
-      static_cast<I>(pr.C * p.k), p.seg);
+      static_cast<I>(pr.C * p.k), p.seg, pr.b, backward_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (params) {
     short_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, kThreads)), kThreads, 0, stream>>>(
@@ -588,16 +624,36 @@ void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_
   }
 }
 
+template <typename T, typename Epi>
+void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  const int sms = sm_count(x.get_device());
+  const at::TensorOptions acc_opts = x.options().dtype(c10::CppTypeToScalarType<A>::value);
+  if (pr.HW >= kRowPathMinHW) {
+    const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
+    run_row_path<T, Epi>(pr, aligned, sms, acc_opts, stream);
+  } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
+    run_short_path<T, int32_t, Epi>(pr, sms, acc_opts, stream);
+  } else {
+    run_short_path<T, int64_t, Epi>(pr, sms, acc_opts, stream);
+  }
+}
+
+// x, dy: (N, C, *) contiguous; w, bias: (C,) in the compute type or undefined; act: the forward's activation
+// (plain GroupNorm runs the Identity instantiation, any activation the Runtime one).
 template <typename T>
-void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& mean,
-                  const at::Tensor& rstd, int64_t G, at::Tensor& dx, at::Tensor& dw, at::Tensor& db,
-                  cudaStream_t stream) {
+void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& bias,
+                  const at::Tensor& mean, const at::Tensor& rstd, int64_t G, at::Tensor& dx, at::Tensor& dw,
+                  at::Tensor& db, const gn_act::Params& act, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   Problem<T> pr{};
   pr.x = x.data_ptr<T>();
   pr.dy = dy.data_ptr<T>();
   pr.dx = dx.defined() ? dx.data_ptr<T>() : nullptr;
   pr.w = w.defined() ? w.data_ptr<A>() : nullptr;
+  pr.b = bias.defined() ? bias.data_ptr<A>() : nullptr;
+  pr.act = act;
   pr.mean = mean.data_ptr<A>();
   pr.rstd = rstd.data_ptr<A>();
   pr.dw = dw.defined() ? dw.data_ptr<A>() : nullptr;
@@ -607,17 +663,8 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
   pr.G = G;
   pr.cpg = pr.C / G;
   pr.HW = x.numel() / (pr.N * pr.C);
-  const int sms = sm_count(x.get_device());
-  const at::TensorOptions acc_opts = x.options().dtype(c10::CppTypeToScalarType<A>::value);
-  if (pr.HW >= kRowPathMinHW) {
-    const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-    const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
-    run_row_path<T>(pr, aligned, sms, acc_opts, stream);
-  } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
-    run_short_path<T, int32_t>(pr, sms, acc_opts, stream);
-  } else {
-    run_short_path<T, int64_t>(pr, sms, acc_opts, stream);
-  }
+  if (act.kind == gn_act::kNone) run_backward_typed<T, gn_act::Identity>(pr, x, stream);
+  else run_backward_typed<T, gn_act::Runtime>(pr, x, stream);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
@@ -627,7 +674,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   TORCH_CHECK(input.is_cuda(), "group_norm_backward_cuda: expected a CUDA input");
   check_backward_args(grad_out, input, mean, rstd, weight, num_groups, bias);
   const gn_act::Params act = backward_activation(activation, act_alpha, act_beta);
-  TORCH_CHECK(act.kind == gn_act::kNone, "group_norm_backward_cuda: activations are not implemented yet");
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cuda", input.scalar_type()));
   const c10::cuda::CUDAGuard guard(input.device());
@@ -643,6 +689,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   const at::Tensor r = rstd.contiguous();
   const bool affine = weight.has_value() && weight->defined();
   const at::Tensor w = affine ? weight->to(acc).contiguous() : at::Tensor();
+  // The bias only enters through z (read with an activation).
+  const bool with_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
+  const at::Tensor b = with_bias ? bias->to(acc).contiguous() : at::Tensor();
   // dw / db are accumulated in the compute type and converted after when the weight has another dtype.
   at::Tensor dw_acc = output_mask[1] ? (pdt == acc ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor db_acc = output_mask[2] ? (pdt == acc ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
@@ -651,7 +700,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   at::Tensor dx_out = output_mask[0] ? (via_nchw ? at::empty(input.sizes(), input.options()) : dx) : at::Tensor();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
-    run_backward<scalar_t>(x, dy, w, m, r, num_groups, dx_out, dw_acc, db_acc, stream);
+    run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
   });
   if (via_nchw) dx.copy_(dx_out);
   if (output_mask[1] && pdt != acc) dw.copy_(dw_acc);
