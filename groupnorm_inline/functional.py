@@ -114,7 +114,7 @@ def check_group_norm_args(input, num_groups, weight=None, bias=None) -> None:
 
 
 def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-                          bias: torch.Tensor | None = None, eps: float = 1e-5, activation=None,
+                          bias: torch.Tensor | None = None, eps: float = 1e-5, *, activation=None,
                           activation_params: dict | None = None):
     """GroupNorm forward returning (output, mean, rstd); mean/rstd are (N, num_groups) float32 (float64 for
     float64 input), the statistics of the input (before any activation). Differentiable in input, weight and
@@ -148,20 +148,21 @@ def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Te
 
 
 def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5, activation=None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5, *, activation=None,
                activation_params: dict | None = None) -> torch.Tensor:
     """Same as `torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)`, optionally followed by an
     activation computed in the same pass: `act(group_norm(...))`.
 
     input: (N, C, *) float16/bfloat16/float32/float64 on CPU or CUDA; weight, bias: (C,) of the input's
     dtype (or float32 for half inputs) or None. Statistics are accumulated in float32 or better.
-    activation: None, a name (silu, gelu, gelu_tanh, relu, leaky_relu, mish, hardswish, hardtanh, sigmoid, tanh)
+    activation (keyword-only, so the positional signature stays PyTorch's): None, a name (silu, gelu, gelu_tanh, relu, leaky_relu, mish, hardswish, hardtanh, sigmoid, tanh)
     or an activation module (`nn.SiLU()`, `nn.LeakyReLU(0.2)`, `nn.GELU(approximate="tanh")`, ...);
     activation_params: the named activation's parameters, e.g. `{"negative_slope": 0.2}` for leaky_relu,
     `{"min_val": -2.0, "max_val": 2.0}` for hardtanh (PyTorch's defaults otherwise).
     The output has the input's layout (channels-last stays channels-last, on CUDA too).
     """
-    return group_norm_with_stats(input, num_groups, weight, bias, eps, activation, activation_params)[0]
+    return group_norm_with_stats(input, num_groups, weight, bias, eps, activation=activation,
+                                activation_params=activation_params)[0]
 
 
 def forward_plan(input: torch.Tensor, num_groups: int, affine: bool = True) -> str:

@@ -7,6 +7,8 @@ extra keyword (no parameters, no buffers: the `state_dict` stays `nn.GroupNorm`'
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -22,9 +24,10 @@ class GroupNorm(nn.GroupNorm):
     `nn.Sequential(nn.GroupNorm(32, 256), nn.SiLU())` (load the GroupNorm's state_dict as usual).
     """
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
-                 dtype=None, activation=None, activation_params: dict | None = None) -> None:
-        super().__init__(num_groups, num_channels, eps, affine, device, dtype)
+    def __init__(self, *args, activation=None, activation_params: dict | None = None, **kwargs) -> None:
+        # Everything but the activation goes to nn.GroupNorm as given, so the arguments the installed torch
+        # takes (bias= in newer releases) are taken here too.
+        super().__init__(*args, **kwargs)
         # Checked here, so a bad name fails at construction rather than at the first forward.
         self._activation = activations.resolve(activation, activation_params)
         self.activation = activations.name_of(self._activation[0])
@@ -34,7 +37,8 @@ class GroupNorm(nn.GroupNorm):
         if code == 0:
             return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
         params = dict(zip((n for n, _ in activations.ACTIVATIONS[self.activation].params), (alpha, beta)))
-        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps, self.activation, params)
+        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps, activation=self.activation,
+                          activation_params=params)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()
@@ -42,5 +46,18 @@ class GroupNorm(nn.GroupNorm):
             text += ", activation=" + activations.describe(*self._activation)
         return text
 
+
+def _constructor_signature() -> inspect.Signature:
+    """nn.GroupNorm.__init__'s signature with activation and activation_params added as keyword-only
+    parameters: what `inspect.signature` and `help()` show for GroupNorm."""
+    base = inspect.signature(nn.GroupNorm.__init__)
+    extra = [inspect.Parameter("activation", inspect.Parameter.KEYWORD_ONLY, default=None),
+             inspect.Parameter("activation_params", inspect.Parameter.KEYWORD_ONLY, default=None)]
+    params = list(base.parameters.values())
+    at = next((i for i, p in enumerate(params) if p.kind == inspect.Parameter.VAR_KEYWORD), len(params))
+    return base.replace(parameters=params[:at] + extra + params[at:])
+
+
+GroupNorm.__init__.__signature__ = _constructor_signature()
 
 __all__ = ["GroupNorm"]

@@ -100,10 +100,13 @@ def test_large_mean_float32(offset, scale):
 
 
 def test_signature_matches_torch():
-    ours = list(inspect.signature(group_norm).parameters)
-    assert ours == list(inspect.signature(F.group_norm).parameters)
-    defaults = {k: p.default for k, p in inspect.signature(group_norm).parameters.items()}
-    assert defaults == {k: p.default for k, p in inspect.signature(F.group_norm).parameters.items()}
+    # F.group_norm's parameters with their defaults, then the keyword-only activation and activation_params.
+    ours = dict(inspect.signature(group_norm).parameters)
+    extra = {k: ours.pop(k) for k in ("activation", "activation_params")}
+    theirs = inspect.signature(F.group_norm).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.values()]
+    assert all(p.kind == inspect.Parameter.KEYWORD_ONLY and p.default is None for p in extra.values())
 
 
 def test_keyword_arguments():

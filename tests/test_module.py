@@ -56,7 +56,14 @@ def test_is_an_nn_groupnorm():
 
 
 def test_constructor_signature():
-    assert inspect.signature(GroupNorm) == inspect.signature(nn.GroupNorm)
+    # PyTorch's parameters, in order, with the same defaults and kinds; then only the two keyword-only
+    # activation parameters, defaulting to None (no activation).
+    ours = dict(inspect.signature(GroupNorm).parameters)
+    theirs = inspect.signature(nn.GroupNorm).parameters
+    extra = {k: ours.pop(k) for k in ("activation", "activation_params")}
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == \
+        [(p.name, p.kind, p.default) for p in theirs.values()]
+    assert all(p.kind == inspect.Parameter.KEYWORD_ONLY and p.default is None for p in extra.values())
     assert GroupNorm.__constants__ == nn.GroupNorm.__constants__
 
 

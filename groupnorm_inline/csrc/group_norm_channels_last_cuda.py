@@ -10,6 +10,8 @@ CHANNELS_LAST_FORWARD_CUDA = r"""
 void launch_forward_channels_last(const at::Tensor& input, at::Tensor& y, const gn_inline_forward::AffineParams& params,
                                   at::Tensor& mean, at::Tensor& rstd, int64_t G, int64_t HW, double eps,
                                   const gn_act::Params& act, cudaStream_t stream) {
+  TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(input.scalar_type()),
+                              gn_inline_msg::not_implemented_for("group_norm_forward_cuda", input.scalar_type()));
   const at::Tensor x = input.contiguous();
   at::Tensor out = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "group_norm_forward_cuda", [&] {
