@@ -65,6 +65,8 @@ def resolve(activation, params: Mapping[str, float] | None = None) -> tuple[int,
 
     `params` sets the named activation's parameters (leaky_relu: negative_slope; hardtanh: min_val, max_val);
     unknown names, wrong types and parameters the activation does not take raise."""
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"group_norm: activation_params must be a dict, got {type(params).__name__}")
     if activation is None:
         if params:
             raise ValueError(f"group_norm: activation_params {dict(params)} given without an activation")
@@ -82,8 +84,6 @@ def resolve(activation, params: Mapping[str, float] | None = None) -> tuple[int,
         raise ValueError(f"group_norm: unknown activation '{activation}'; expected one of "
                          f"{', '.join(ACTIVATIONS)} (or None)")
     given = dict(params or {})
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"group_norm: activation_params must be a dict, got {type(params).__name__}")
     values = []
     for name, default in act.params:
         value = given.pop(name, default)
