@@ -537,7 +537,7 @@ struct Problem {
 
 template <typename Epi>
 inline Epi backward_epilogue(const gn_act::Params& act) {
-  if constexpr (std::is_same_v<Epi, gn_act::Runtime>) return gn_act::Runtime{act};
+  if constexpr (!Epi::kIsIdentity) return Epi{act};
   else return Epi{};
 }
 

@@ -122,17 +122,17 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
                                                      const SliceNorm<typename Compute<T>::type>& n,
                                                      const Epi& epi) {
   using C = typename Compute<T>::type;
-  Vec<T, VEC> out;
+  C z[VEC];  // the normalised values, then the epilogue over the whole vector (one Runtime branch per vector)
   if (!AFFINE) {
     const C shift = -n.mean_k * n.rstd;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * n.rstd + shift));
+    for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - n.K) * n.rstd + shift;
   } else if (channel_per_vec) {  // HW % VEC == 0: the whole vector lies in one channel
     const I c = j / HW;
     const C a = n.rstd * w[c];
     const C shift = b[c] - n.mean_k * a;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * a + shift));
+    for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - n.K) * a + shift;
   } else {  // the vector may cross channel boundaries (HW < VEC or HW % VEC != 0)
     I c = j / HW;
     I r = j - c * HW;
@@ -140,10 +140,14 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
     for (int k = 0; k < VEC; ++k) {
       if (r == HW) { ++c; r = 0; }
       const C a = n.rstd * w[c];
-      out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - n.K) * a + (b[c] - n.mean_k * a)));
+      z[k] = (static_cast<C>(v.v[k]) - n.K) * a + (b[c] - n.mean_k * a);
       ++r;
     }
   }
+  epi.apply(z);
+  Vec<T, VEC> out;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(z[k]);
   return out;
 }
 
@@ -487,14 +491,14 @@ struct Problem {
   std::string* plan = nullptr;  // when set: describe the chosen plan here and launch nothing
   const std::string* force = nullptr;  // when set and not "auto": take this plan or fail (tests, benchmarks)
   int64_t* trace = nullptr;  // streamed plan only: phase timestamps (group_norm_streamed_trace)
-  gn_act::Params act{};      // the epilogue's activation (read when the kernels are instantiated for Runtime)
+  gn_act::Params act{};      // the epilogue's activation (read by the Fixed and Runtime instantiations)
 };
 
-// The epilogue functor a launch passes to its kernel: Identity carries nothing, Runtime the call's activation.
+// The epilogue functor a launch passes to its kernel: Identity carries nothing, the others the call's activation.
 template <typename Epi>
 inline Epi make_epilogue(const gn_act::Params& act) {
-  if constexpr (std::is_same_v<Epi, gn_act::Runtime>) return gn_act::Runtime{act};
-  else return Epi{};
+  if constexpr (Epi::kIsIdentity) return Epi{};
+  else return Epi{act};
 }
 
 template <typename T>
@@ -708,7 +712,9 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
 }
 
 // x, y: (N, C, HW) contiguous. Plain GroupNorm (act.kind == kNone) runs kernels instantiated for the Identity
-// epilogue, which compiles to exactly the normalisation; any activation runs the Runtime instantiation.
+// epilogue, which compiles to exactly the normalisation; SiLU on 16-byte vectors of float/half data (the
+// diffusion block) its own Fixed<kSilu> instantiation; any other activation (and float64 data, or unaligned
+// slices) the Runtime one. Each extra instantiation adds its share to the build, so only the common case has one.
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
                    at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
@@ -725,6 +731,8 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   if (act.kind == gn_act::kNone) {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Identity>(p, pr, x.options());
     else launch_forward<T, 1, AFFINE, gn_act::Identity>(p, pr, x.options());
+  } else if (act.kind == gn_act::kSilu && vectorised && !std::is_same_v<T, double>) {
+    if constexpr (!std::is_same_v<T, double>) launch_forward<T, V, AFFINE, gn_act::Silu>(p, pr, x.options());
   } else {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options());
     else launch_forward<T, 1, AFFINE, gn_act::Runtime>(p, pr, x.options());

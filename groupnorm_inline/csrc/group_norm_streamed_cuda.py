@@ -284,9 +284,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
         if constexpr (PER_VEC_CHANNEL) {
           return normalize_vec<T, int, VEC, true, Epi>(v, j, HW, channel_per_vec, wg, bg, nrm, epi);
         } else {
+          C z[VEC];
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - nrm.K) * a + shift;
+          epi.apply(z);
           V out;
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(epi((static_cast<C>(v.v[k]) - nrm.K) * a + shift));
+          for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(z[k]);
           return out;
         }
       };
