@@ -1,0 +1,59 @@
+"""Launches the forward of a few rows once each inside a profiler range, for Nsight Compute:
+
+    ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|all]
+
+Every row is run three times first (build, plan caches, allocator), outside the range; inside it, each row's
+GroupNorm forward and a copy of the same tensor (the bandwidth anchor) run once, so the report holds one kernel
+per line of the table printed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import groupnorm_inline as gn  # noqa: E402
+
+# (shape, groups, dtype, memory format): the few-slice diffusion rows of the suite.
+FEW_SLICE = [
+    ((2, 1280, 32, 32), 32, torch.bfloat16, torch.contiguous_format),
+    ((1, 512, 128, 128), 32, torch.float16, torch.contiguous_format),
+    ((2, 320, 128, 128), 32, torch.float16, torch.contiguous_format),
+    ((1, 128, 512, 512), 32, torch.float16, torch.contiguous_format),
+    ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--act", default=None, help="activation for the forward (default: none)")
+    args = parser.parse_args()
+    cases = []
+    for shape, groups, dtype, fmt in FEW_SLICE:
+        x = torch.randn(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
+        w = torch.randn(shape[1], device="cuda", dtype=dtype)
+        b = torch.randn(shape[1], device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        cases.append((x, groups, w, b, y))
+        for _ in range(3):
+            gn.group_norm(x, groups, w, b, activation=args.act)
+            y.copy_(x)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for x, groups, w, b, y in cases:
+        gn.group_norm(x, groups, w, b, activation=args.act)
+        y.copy_(x)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    for x, groups, w, b, y in cases:
+        print(tuple(x.shape), groups, x.dtype, "channels_last" if not x.is_contiguous() else "nchw",
+              gn.forward_plan(x, groups) if x.is_contiguous() else "channels-last kernel")
+
+
+if __name__ == "__main__":
+    main()
