@@ -185,7 +185,7 @@ def stream_messages(source: str) -> list[Finding]:
         # name (its dtype check is gn_inline_msg::not_implemented_for of the name it is given).
         guarded = names and (
             re.search(r"gn_inline_msg::not_implemented_for\(\s*" + re.escape(names[0]), source)
-            or re.search(r"gn_inline_forward::prepare_forward\([^;]*" + re.escape(names[0]) + r"\s*\)\s*;", source))
+            or re.search(r"gn_inline_forward::prepare_forward\([^;]*" + re.escape(names[0]) + r"\s*(?:,[^;]*)?\)\s*;", source))
         if not guarded:
             findings.append(Finding(match.start(), source[match.start():match.end()] + " ... (no "
                                     "gn_inline_msg::not_implemented_for check of its dtype before it)"))

@@ -65,13 +65,18 @@ struct AffineParams {
 };
 
 inline AffineParams affine_params(const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                                  const std::optional<at::Tensor>& bias, const char* op) {
+                                  const std::optional<at::Tensor>& bias, const char* op,
+                                  bool keep_param_dtype = false) {
   AffineParams p;
   if (!(weight.has_value() && weight->defined())) return p;
   TORCH_CHECK(bias.has_value() && bias->defined(), gn_inline_msg::cat(op, ": weight and bias come together"));
-  const at::ScalarType acc = compute_type(input);
-  p.w = weight->to(acc).contiguous();
-  p.b = bias->to(acc).contiguous();
+  // keep_param_dtype: parameters of the input's own dtype stay in it (kernels that convert as they read);
+  // anything else is converted to the compute type here.
+  const bool keep = keep_param_dtype && weight->scalar_type() == input.scalar_type() &&
+                    bias->scalar_type() == input.scalar_type();
+  const at::ScalarType target = keep ? input.scalar_type() : compute_type(input);
+  p.w = weight->to(target).contiguous();
+  p.b = bias->to(target).contiguous();
   TORCH_CHECK(p.w.numel() == input.size(1) && p.b.numel() == input.size(1),
               gn_inline_msg::cat(op, ": weight/bias must have C elements"));
   return p;
@@ -104,7 +109,8 @@ inline gn_act::Params activation_params(int64_t activation, double alpha, double
 
 // One forward call, checked and with its outputs allocated: input (N, C, *) NCHW- or channels-last contiguous
 // with HW spatial elements per channel; y like the input (same layout), mean and rstd (N, num_groups) in
-// compute_type. When `empty`, the outputs are final (and `params` not read). `op` names the operator.
+// compute_type. When `empty`, the outputs are final (and `params` not read). `op` names the operator;
+// keep_param_dtype as in affine_params.
 struct ForwardCall {
   at::Tensor y, mean, rstd;
   AffineParams params;
@@ -116,7 +122,7 @@ struct ForwardCall {
 
 inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, const std::optional<at::Tensor>& weight,
                                    const std::optional<at::Tensor>& bias, int64_t activation, double act_alpha,
-                                   double act_beta, const char* op) {
+                                   double act_beta, const char* op, bool keep_param_dtype = false) {
   TORCH_CHECK(input.dim() >= 2,
               gn_inline_msg::cat("Expected at least 2 dimensions for input tensor but received ", input.dim()));
   TORCH_CHECK(input.is_contiguous() || is_channels_last(input),
@@ -138,7 +144,7 @@ inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, 
   call.empty = input.numel() == 0;
   if (call.empty) return call;
   call.HW = input.numel() / (call.N * call.C);
-  call.params = affine_params(input, weight, bias, op);
+  call.params = affine_params(input, weight, bias, op, keep_param_dtype);
   return call;
 }
 

@@ -54,6 +54,32 @@ constexpr int kUnroll = 4;             // vectors loaded before first use, per t
 constexpr int kSmallVecs = 4;          // vectors per thread held in registers by the small-slice kernel
 constexpr int kResidentMaxThreads = 512;
 
+// weight or bias as the kernels read it: (C,) contiguous, in the compute type, or (`narrow`) in a
+// float16/bfloat16 input's own dtype, converted as it is read. A half model's parameters thus need no
+// conversion kernels before the launch (two launches of ~3 us each, as long as the whole kernel on a few-MB
+// diffusion input). The branch is uniform across the grid. Null (`!ref`): no affine.
+template <typename T>
+struct ParamRef {
+  using C = typename Compute<T>::type;
+  const void* ptr = nullptr;
+  bool narrow = false;
+
+  static ParamRef of(const at::Tensor& t) {
+    const bool narrow = t.scalar_type() != c10::CppTypeToScalarType<C>::value;
+    TORCH_INTERNAL_ASSERT(!narrow || t.scalar_type() == c10::CppTypeToScalarType<T>::value);
+    return {t.data_ptr(), narrow};
+  }
+  __host__ __device__ explicit operator bool() const { return ptr != nullptr; }
+  __host__ __device__ ParamRef operator+(int64_t i) const {
+    return {narrow ? static_cast<const void*>(static_cast<const T*>(ptr) + i)
+                   : static_cast<const void*>(static_cast<const C*>(ptr) + i), narrow};
+  }
+  __device__ __forceinline__ C operator[](int64_t i) const {
+    if constexpr (std::is_same_v<T, C>) return static_cast<const C*>(ptr)[i];
+    else return narrow ? static_cast<C>(static_cast<const T*>(ptr)[i]) : static_cast<const C*>(ptr)[i];
+  }
+};
+
 // Normalisation constants of one slice: y = (x - K) * rstd * w[c] + (b[c] - mean_k * rstd * w[c]).
 template <typename C>
 struct SliceNorm {
@@ -117,8 +143,8 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
 // `w`, `b` point at the group's first channel; unused when !AFFINE.
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, I HW, bool channel_per_vec,
-                                                     const typename Compute<T>::type* __restrict__ w,
-                                                     const typename Compute<T>::type* __restrict__ b,
+                                                     ParamRef<T> w,
+                                                     ParamRef<T> b,
                                                      const SliceNorm<typename Compute<T>::type>& n,
                                                      const Epi& epi) {
   using C = typename Compute<T>::type;
@@ -153,8 +179,8 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
 
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
-                                                I HW, const typename Compute<T>::type* __restrict__ w,
-                                                const typename Compute<T>::type* __restrict__ b,
+                                                I HW, ParamRef<T> w,
+                                                ParamRef<T> b,
                                                 const SliceNorm<typename Compute<T>::type>& n,
                                                 const Epi& epi) {
   const bool channel_per_vec = (HW % VEC) == 0;
@@ -178,8 +204,8 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
 // x, y: (slices, D) with D <= LANES * VEC * kSmallVecs; grid-stride over CTA-sized groups of slices.
 template <typename T, int VEC, int LANES, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_small_slices(
-    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
+    ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
     int D, double eps, Epi epi) {
   using C = typename Compute<T>::type;
@@ -229,8 +255,8 @@ __global__ void __launch_bounds__(kThreads) gn_small_slices(
 // CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)), part a multiple of VEC.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
-    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
+    ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int channels_per_group, int HW, int D, int part,
     double eps, Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -326,8 +352,8 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
 // ---- fused plan: one CTA per slice, two reads ------------------------------------------------------------
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_fused_forward(
-    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
+    ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int64_t channels_per_group, I HW, I D,
     double eps, Epi epi) {
   using C = typename Compute<T>::type;
@@ -395,8 +421,8 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
 // Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1).
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_apply(
-    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
+    const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
+    ParamRef<T> b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
     int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk, Epi epi) {
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t slice = item / splits;
@@ -506,8 +532,8 @@ struct Pointers {
   using C = typename Compute<T>::type;
   const T* x;
   T* y;
-  const C* w;
-  const C* b;
+  ParamRef<T> w;
+  ParamRef<T> b;
   C* mean;
   C* rstd;
 };
@@ -724,8 +750,8 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   constexpr int V = vec16<T>();
   const int64_t N = x.size(0), Cn = x.size(1);
   Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force, trace, act};
-  Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? w.data_ptr<C>() : nullptr,
-                AFFINE ? b.data_ptr<C>() : nullptr, mean.data_ptr<C>(), rstd.data_ptr<C>()};
+  Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? ParamRef<T>::of(w) : ParamRef<T>{},
+                AFFINE ? ParamRef<T>::of(b) : ParamRef<T>{}, mean.data_ptr<C>(), rstd.data_ptr<C>()};
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
   const bool vectorised = aligned && pr.D % V == 0;  // else slices are not 16-byte aligned: element accesses
   if (act.kind == gn_act::kNone) {
@@ -747,8 +773,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
                                                             const std::string* force, int64_t* trace = nullptr) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
   const c10::cuda::CUDAGuard guard(input.device());
+  // NCHW kernels read a half input's own-dtype parameters directly (ParamRef); the channels-last ones take
+  // them in the compute type.
   gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
-      input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda");
+      input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda",
+      /*keep_param_dtype=*/!gn_inline_forward::is_channels_last(input));
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t HW = call.HW;

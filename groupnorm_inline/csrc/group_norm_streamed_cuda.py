@@ -130,8 +130,8 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 // TRACE: stamp the phases into `trace` (the diagnostics operator's own instantiation).
 template <typename T, int VEC, bool PER_VEC_CHANNEL, bool TRACE, typename Epi>
 __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
-    const T* __restrict__ x, T* __restrict__ y, const typename Compute<T>::type* __restrict__ w,
-    const typename Compute<T>::type* __restrict__ b, typename Compute<T>::type* __restrict__ mean_out,
+    const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
+    ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
     int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace,
     Epi epi) {
@@ -267,14 +267,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     const SliceNorm<C> nrm = norm_from_sums<C>(slice_sums[0], slice_sums[1], static_cast<double>(D), K, eps);
     if (rank == 0 && tid == 0) write_stats(nrm, mean_out, rstd_out, slice);
     const int64_t c0 = (slice % G) * channels_per_group;
-    const C* wg = w != nullptr ? w + c0 : w;
-    const C* bg = b != nullptr ? b + c0 : b;
+    const ParamRef<T> wg = w ? w + c0 : w;
+    const ParamRef<T> bg = b ? b + c0 : b;
     const bool channel_per_vec = (HW % VEC) == 0;
 
     // 3. normalise: the L2 tail first (shortest stay in L2), the registers, then the shared-memory chunks,
     //    each refilled with the next slice as soon as its warp has read it.
     C a = nrm.rstd, shift = -nrm.mean_k * nrm.rstd;  // y = (x - K) * a + shift (fixed coefficients)
-    if (!PER_VEC_CHANNEL && wg != nullptr && n > 0) {
+    if (!PER_VEC_CHANNEL && wg && n > 0) {
       const int c = begin / HW;
       a = nrm.rstd * wg[c];
       shift = bg[c] - nrm.mean_k * a;
@@ -434,7 +434,7 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
       return true;
     }
     config.stream = pr.stream;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, AFFINE ? p.w : nullptr, AFFINE ? p.b : nullptr, p.mean, p.rstd,
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, AFFINE ? p.w : ParamRef<T>{}, AFFINE ? p.b : ParamRef<T>{}, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
                                       pr.eps, pr.trace, make_epilogue<Epi>(pr.act)));
