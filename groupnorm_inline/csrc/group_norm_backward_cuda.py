@@ -44,6 +44,8 @@ GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_BACKWARD_CHE
 #include <algorithm>
 #include <type_traits>
 #include <array>
+#include <cstdlib>
+#include <string>
 #include <cooperative_groups.h>
 
 namespace gn_inline_backward {
@@ -778,6 +780,16 @@ constexpr int64_t kResidentBwdTargetBytes = 96 * 1024;  // per CTA: two CTAs of 
 constexpr int64_t kResidentBwdMaxBytes = 200 * 1024;
 constexpr int kResidentBwdMaxCpg = 2048;                // channel accumulators: 16 KB of floats at most
 
+// GROUPNORM_INLINE_BACKWARD_PATH=row turns the resident path off (benchmarks compare the two paths); read
+// once per process.
+inline bool resident_path_disabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("GROUPNORM_INLINE_BACKWARD_PATH");
+    return v != nullptr && std::string(v) == "row";
+  }();
+  return disabled;
+}
+
 template <typename T, typename Epi>
 bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptions& acc_opts, int device,
                        cudaStream_t stream) {
@@ -867,7 +879,7 @@ void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t 
   if (pr.HW >= kRowPathMinHW) {
     const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
-    if (!try_resident_path<T, Epi>(pr, aligned, acc_opts, x.get_device(), stream))
+    if (resident_path_disabled() || !try_resident_path<T, Epi>(pr, aligned, acc_opts, x.get_device(), stream))
       run_row_path<T, Epi>(pr, aligned, sms, acc_opts, stream);
   } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
     run_short_path<T, int32_t, Epi>(pr, sms, acc_opts, stream);
