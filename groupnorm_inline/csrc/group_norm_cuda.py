@@ -53,6 +53,7 @@ constexpr int kThreads = 256;          // fused / split kernels
 constexpr int kUnroll = 4;             // vectors loaded before first use, per thread
 constexpr int kSmallVecs = 4;          // vectors per thread held in registers by the small-slice kernel
 constexpr int kResidentMaxThreads = 512;
+constexpr int kResidentUnroll = 8;     // resident plan: vectors loaded before first use, per thread
 
 // weight or bias as the kernels read it: (C,) contiguous, in the compute type, or (`narrow`) in a
 // float16/bfloat16 input's own dtype, converted as it is read. A half model's parameters thus need no
@@ -282,27 +283,23 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   const int end = min(D, begin + part);
   const int stride = blockDim.x * VEC;
 
-  // 1. stream the part into shared memory, summing as it arrives (kUnroll loads in flight per thread)
+  // 1. stream the part into shared memory, summing as it arrives: kResidentUnroll loads in flight per
+  //    thread, the last batch predicated, so a part of up to threads * VEC * kResidentUnroll elements
+  //    costs one round trip to DRAM (a plain tail loop would stall on each of its loads).
   double s = 0, ss = 0;
-  int j = begin + threadIdx.x * VEC;
-  for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
-    Vec<T, VEC> v[kUnroll];
+  for (int j = begin + threadIdx.x * VEC; j < end; j += kResidentUnroll * stride) {
+    Vec<T, VEC> v[kResidentUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+    for (int u = 0; u < kResidentUnroll; ++u)
+      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
     C ls = 0, lss = 0;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin) + u * stride) = v[u];
-      add_shifted<T, VEC>(v[u], K, ls, lss);
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      if (j + u * stride < end) {
+        *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin) + u * stride) = v[u];
+        add_shifted<T, VEC>(v[u], K, ls, lss);
+      }
     }
-    s += ls;
-    ss += lss;
-  }
-  for (; j < end; j += stride) {
-    const Vec<T, VEC> v = load_vec<T, VEC>(xs + j);
-    *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin)) = v;
-    C ls = 0, lss = 0;
-    add_shifted<T, VEC>(v, K, ls, lss);
     s += ls;
     ss += lss;
   }
@@ -338,7 +335,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
   const int64_t c0 = (slice % G) * channels_per_group;
   const bool channel_per_vec = (HW % VEC) == 0;
-  for (j = begin + threadIdx.x * VEC; j < end; j += stride) {
+  for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
     const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
     store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
                                                                             AFFINE ? w + c0 : w,
