@@ -32,12 +32,14 @@ adds one unrolled batch in the compute type first); ds is taken about the saved 
 cancel when |mean| >> std, and delta removes the saved mean's float32 rounding.
 """
 
+from .channels_last_common_cuda import CL_TILING_CUDA
 from .common_cuda import COMMON_CUDA_HEADER
+from .group_norm_backward_channels_last_cuda import CHANNELS_LAST_BACKWARD_CUDA
 from .group_norm_backward_cpu import GROUP_NORM_BACKWARD_CHECKS
 
 # Registers the CUDA kernel under GN_NAMESPACE (see group_norm_cpu.with_namespace). The shared checks start with
 # the message header (gn_inline_msg), which the host code below uses too.
-GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_BACKWARD_CHECKS + r"""
+GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + CL_TILING_CUDA + GROUP_NORM_BACKWARD_CHECKS + r"""
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -924,6 +926,7 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
   else run_backward_typed<T, gn_act::Runtime>(pr, x, stream);
 }
 
+""" + CHANNELS_LAST_BACKWARD_CUDA + r"""
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
     const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask,
@@ -940,8 +943,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   BackwardOutputs out = allocate_backward_outputs(input, weight, output_mask);
   at::Tensor &dx = out.dx, &dw = out.dw, &dbias = out.db;
   if (out.complete) return {dx, dw, dbias};
-  const at::Tensor x = input.contiguous();
-  const at::Tensor dy = grad_out.contiguous();
+  // A channels-last input is read in place, grad_out in the same layout (copied into it if it has another), and
+  // grad_input is written in that layout; anything else goes through the NCHW kernels.
+  const bool channels_last = channels_last_input(input);
+  const at::Tensor x = channels_last ? input : input.contiguous();
+  const at::Tensor dy = channels_last ? grad_out.contiguous(channels_last_format(input)) : grad_out.contiguous();
   const at::Tensor m = mean.contiguous();
   const at::Tensor r = rstd.contiguous();
   const bool affine = weight.has_value() && weight->defined();
@@ -952,14 +958,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   // dw / db are accumulated in the compute type and converted after when the weight has another dtype.
   at::Tensor dw_acc = output_mask[1] ? (pdt == acc ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor db_acc = output_mask[2] ? (pdt == acc ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
-  // A channels-last input's grad_input is formed in NCHW order, then written back in the input's layout.
-  const bool via_nchw = output_mask[0] && !dx.is_contiguous();
-  at::Tensor dx_out = output_mask[0] ? (via_nchw ? at::empty(input.sizes(), input.options()) : dx) : at::Tensor();
+  at::Tensor dx_out = output_mask[0] ? dx : at::Tensor();  // in the input's layout (allocate_backward_outputs)
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
-    run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
+    if (channels_last) run_backward_channels_last<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
+    else run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
   });
-  if (via_nchw) dx.copy_(dx_out);
   if (output_mask[1] && pdt != acc) dw.copy_(dw_acc);
   if (output_mask[2] && pdt != acc) dbias.copy_(db_acc);
   return {dx, dw, dbias};
