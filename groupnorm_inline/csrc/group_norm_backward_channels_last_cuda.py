@@ -12,8 +12,9 @@ of channels and walks rows, so every per-channel constant sits in registers). Fi
                    per-row sums with one split, so steps 3 and 4 are the NCHW kernels.
   3 group_coefficients   per (n, g): delta, coef_x, coef_1.
   4 row_parameter_grads  per channel: dw, db (only when asked for).
-  5 cl_grad_input  dx = a[c] dz + coef_x (x - m) + coef_1, tiles in reverse order (what step 1 read last is
-                   still in L2; all of x and dy when they fit), streaming stores.
+  5 cl_grad_input  dx = a[c] dz + coef_x (x - m) + coef_1; each thread walks its rows from the end of the tile
+                   (step 1 streams every tile at once, so L2 holds the end of each; all of x and dy when they
+                   fit), tiles in reverse order; streaming stores.
 
 Traffic: x and dy read twice (the second time partly or wholly from L2), dx written once; scratch O(ctas * C).
 The grid is sized to a few resident CTAs per SM (tiling), enough loads in flight for HBM, while keeping the
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(256) cl_fold(const A* __restrict__ partial, A*
   }
 }
 
-// Step 5. dx = a dz + coef_x (x - m) + coef_1 per channel, tiles in reverse order. coef: (N * G, kCoefs).
+// Step 5. dx = a dz + coef_x (x - m) + coef_1 per channel, rows from the end of the tile. coef: (N * G, kCoefs).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, const typename Acc<T>::type* __restrict__ w,
@@ -178,9 +179,12 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
     cx[k] = coef[kCoefs * slice];
     c1[k] = coef[kCoefs * slice + 1];
   }
-  const int64_t step = static_cast<int64_t>(t.rows) * t.C;
-  int64_t r = p.row0 + r0;
-  const int64_t offset = (p.n * t.HW + r) * t.C + c;
+  // This thread's rows of the tile, walked from the last (what L2 still holds after step 1's one wave).
+  const int64_t first = p.row0 + r0;
+  const int64_t count = first < p.row1 ? (p.row1 - first + t.rows - 1) / t.rows : 0;
+  if (count == 0) return;
+  const int64_t step = -static_cast<int64_t>(t.rows) * t.C;
+  const int64_t offset = (p.n * t.HW + first + (count - 1) * t.rows) * t.C + c;
   const T* xp = x + offset;
   const T* gp = dy + offset;
   T* op = dx + offset;
@@ -193,8 +197,8 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
     }
     return o;
   };
-  for (; r + (kUnroll - 1) * t.rows < p.row1;
-       r += kUnroll * t.rows, xp += kUnroll * step, gp += kUnroll * step, op += kUnroll * step) {
+  int64_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll, xp += kUnroll * step, gp += kUnroll * step, op += kUnroll * step) {
     Vec<T, VEC> xv[kUnroll], gv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(op + u * step, grad(xv[u], gv[u]));
   }
-  for (; r < p.row1; r += t.rows, xp += step, gp += step, op += step)
+  for (; i < count; ++i, xp += step, gp += step, op += step)
     store_vec_streaming<T, VEC>(op, grad(load_vec<T, VEC>(xp), load_vec<T, VEC>(gp)));
 }
 

@@ -14,8 +14,9 @@ C fastest; tiles and the thread-to-channel mapping are those of channels_last_co
                  compute type and (K, mean - K, rstd) for step 3.
   3 cl_apply     y = act((x - K) * a[c] + (b[c] - (mean - K) * a[c])), a[c] = rstd * w[c]: three constants per
                  channel held in registers, so the loop is one subtraction and one FMA per element (plus the
-                 epilogue). Tiles in reverse order: the tiles step 1 read last are still in L2 (all of them
-                 when the tensor fits L2), so the second read of x hits L2 where it can. Streaming stores.
+                 epilogue). Step 1's grid is one wave, every tile streamed at once, so L2 ends up holding the
+                 last rows of every tile (all of x when it fits L2): each thread walks its rows from the last,
+                 and the second read of x hits L2 where it can. Streaming stores keep y from evicting x.
 
 Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
 Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(256) cl_finalize(const T* __restrict__ x, cons
   }
 }
 
-// Step 3: y = act((x - K) * a + shift) per channel, tiles in reverse order (see the module docstring).
+// Step 3: y = act((x - K) * a + shift) per channel, rows walked from the end of the tile (module docstring).
 template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restrict__ x, T* __restrict__ y,
                                                              ParamRef<T> w, ParamRef<T> bias,
@@ -202,9 +203,13 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
     a[k] = ak;
     shift[k] = (AFFINE ? bias[c + k] : C(0)) - nm.mean_k * ak;
   }
-  const int64_t step = static_cast<int64_t>(t.rows) * t.C;
-  int64_t r = p.row0 + r0;
-  const int64_t offset = (p.n * t.HW + r) * t.C + c;
+  // This thread's rows of the tile, walked from the last: the statistics pass ran every tile at once, so what L2
+  // still holds is the end of every tile.
+  const int64_t first = p.row0 + r0;
+  const int64_t count = first < p.row1 ? (p.row1 - first + t.rows - 1) / t.rows : 0;
+  if (count == 0) return;
+  const int64_t step = -static_cast<int64_t>(t.rows) * t.C;
+  const int64_t offset = (p.n * t.HW + first + (count - 1) * t.rows) * t.C + c;
   const T* xp = x + offset;
   T* yp = y + offset;
   auto normalize = [&](const Vec<T, VEC>& v) {
@@ -217,14 +222,15 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
     for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
     return o;
   };
-  for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, xp += kUnroll * step, yp += kUnroll * step) {
+  int64_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll, xp += kUnroll * step, yp += kUnroll * step) {
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xp + u * step);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
   }
-  for (; r < p.row1; r += t.rows, xp += step, yp += step) store_vec_streaming<T, VEC>(yp, normalize(load_vec<T, VEC>(xp)));
+  for (; i < count; ++i, xp += step, yp += step) store_vec_streaming<T, VEC>(yp, normalize(load_vec<T, VEC>(xp)));
 }
 
 // Groups that one channel tile touches, at most (the `slots` of cl_stats' partial layout).
@@ -328,7 +334,7 @@ std::string describe(const at::Tensor& input, int64_t G) {
                               : forward_tiling<T, 1>(N, HW, C, input.get_device());
   return "channels_last: statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
          " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +
-         std::to_string(N * G) + " groups, normalisation with the tiles in reverse order (two reads, the second " +
+         std::to_string(N * G) + " groups, normalisation from the end of each tile (two reads, the second " +
          "from L2 where it holds; vec " + std::to_string(t.vec) + ")";
 }
 
