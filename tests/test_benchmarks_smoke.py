@@ -237,3 +237,47 @@ def test_liger_applicability():
     assert liger.status() in ("available", "not installed") or liger.status().startswith("not importable")
     x = torch.rand(1, 4, 3, 3).contiguous(memory_format=torch.channels_last)
     assert "copied to NCHW" in liger.layout_note(x) and liger.layout_note(x.contiguous()) == ""
+
+
+STAND_IN_LIGER = r"""
+import sys
+sys.path[:0] = [{benchmarks!r}, {root!r}]
+import torch.nn.functional as F
+import liger_provider
+
+# Liger-Kernel as if installed and applicable on the CPU, with eager GroupNorm standing in for its kernel: the
+# suite's Liger code paths (checks, timing, ratios, columns) run without a GPU.
+liger_provider._state.update(status="available", function=None)
+liger_provider.version = lambda: "stand-in"
+liger_provider.unsupported_reason = lambda shape, device, activation: (
+    f"no fused activation ({{activation}})" if activation else None)
+liger_provider.group_norm_function = lambda groups, eps: (
+    lambda x, weight, bias: F.group_norm(x, groups, weight, bias, eps))
+import bench_forward
+sys.exit(bench_forward.main(["--cpu-smoke", "--families", "unet,gn-silu,training-half,training", "--out", {out!r}]))
+"""
+
+
+def test_liger_columns_with_a_stand_in(tmp_path):
+    code = STAND_IN_LIGER.format(benchmarks=str(BENCHMARKS), root=str(BENCHMARKS.parent), out=str(tmp_path))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"exit {run.returncode}\nstderr:\n{run.stderr[-4000:]}"
+    with open(next(tmp_path.glob("*.csv")), newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert {line["liger_kernel"] for line in lines} == {"stand-in"}
+    by_key = {(line["section"], line["direction"], line["row"], line["provider"]): line for line in lines}
+    timed = [k for k, line in by_key.items() if k[3] == "liger" and line["liger"] == "timed"]
+    assert {k[:2] for k in timed} == {("unet", "forward"), ("training-half", "fwd+bwd"), ("training", "fwd+bwd"),
+                                      ("training", "bwd")}, timed
+    for key in timed:
+        liger, ours = by_key[key], by_key[key[:3] + ("ours",)]
+        assert float(liger["median_ms"]) > 0 and liger["correct"] == "yes", liger
+        assert float(liger["max_abs_err"]) < 6e-2, liger
+        speedup = float(liger["median_ms"]) / float(ours["median_ms"])
+        assert math.isclose(float(ours["speedup_vs_liger"]), speedup, rel_tol=1e-4), (ours["speedup_vs_liger"], speedup)
+    cl = by_key[("unet", "forward", "(2,16,6,6) G4 fp32 CL", "liger")]
+    assert "copied to NCHW" in cl["note"], cl["note"]
+    silu = by_key[("gn-silu", "forward", "(2,8,6,6) G2 fp32 +silu", "liger")]
+    assert silu["liger"] == "n/a: no fused activation (silu)" and silu["median_ms"] == "", silu
+    table = next(tmp_path.glob("*.md")).read_text()
+    assert "over Liger-Kernel (" in table and "- n/a: no fused activation (silu): gn-silu" in table, table

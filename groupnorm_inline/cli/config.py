@@ -116,7 +116,9 @@ def _text(c: dict) -> str:
         if e["built"]:
             lines.append(f"  state: built {e['built_at']} in {e['seconds']} s ({Path(e['library']).name})")
         else:
-            lines.append(f"  state: not built ({e['reason']}); the first import builds it")
+            fresh = e["reason"] == "no finished build"
+            lines.append(f"  state: {'not built' if fresh else 'to be rebuilt'} ({e['reason']}); "
+                         f"the {'first' if fresh else 'next'} import builds it")
     if c["environment"]:
         lines.append("environment: " + ", ".join(f"{k}={v}" for k, v in c["environment"].items()))
     return "\n".join(lines)
