@@ -22,6 +22,8 @@ SPEC = ExtensionSpec(
     cuda_sources=(with_namespace(GROUP_NORM_FORWARD_CUDA_TEMPLATE),
                   with_namespace(GROUP_NORM_BACKWARD_CUDA_TEMPLATE)),
     description="the GroupNorm kernels",
+    openmp=True,  # the CPU kernels split their work with at::parallel_for
+    cpu_vec_isa=True,  # and vectorise with at::vec: AVX2 / AVX-512 where ATen uses them (see env.cpu_vec_flags)
 )
 
 _ops = None

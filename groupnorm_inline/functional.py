@@ -170,7 +170,8 @@ def forward_plan(input: torch.Tensor, num_groups: int, affine: bool = True) -> s
     launch shape), as one line of text. Launches nothing."""
     check_group_norm_args(input, num_groups)
     if input.device.type == "cpu":
-        return "cpu: one task per (n, g) slice, float64 statistics in two passes"
+        return ("cpu: at::vec kernels, (n, g) slices (NCHW) or samples (channels-last) cut into parts when they do "
+                "not share out evenly over the threads; shifted-sum statistics merged in float64")
     ops = extension.load()
     if not extension.has_cuda_kernels():
         raise RuntimeError("groupnorm_inline: the CUDA kernels were not built: " + extension.cuda_unavailable_reason())

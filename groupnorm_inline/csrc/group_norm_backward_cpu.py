@@ -16,8 +16,8 @@ exact slice mean m + delta is used at no extra traffic. Per (n, g), over the gro
     coef_x = -rstd^3 * S / D,   coef_1 = -rstd * B / D - coef_x * delta
     dw[c]  = sum_n (ds[n, c] - delta db[n, c]) * rstd[n, g],      db_param[c] = sum_n db[n, c]
 
-The CPU kernel favours exactness over speed: every sum in double, one `at::parallel_for` task per slice,
-the slice mean refined in a separate first pass (same result as the formulas above).
+The CPU kernels (cpu_backward_kernels.py) are vectorised with at::vec: the per-channel sums in the compute
+type, folded into double every few thousand elements, delta measured in the same pass as ds and db.
 Outputs not asked for by `output_mask` come back as empty tensors of shape (0,).
 
 This source is concatenated with the forward's C++ source into one translation unit; the namespace
@@ -25,6 +25,7 @@ itself is defined there (TORCH_LIBRARY), so this one adds its schema with TORCH_
 """
 
 from .activation import ACTIVATION_HEADER
+from .cpu_backward_kernels import CPU_BACKWARD_KERNELS
 from .message import MESSAGE_HEADER
 
 # With an activation (a gn_act::Kind code, see activations.py), grad_out is the gradient of act(z), z the
@@ -173,62 +174,33 @@ inline BackwardOutputs allocate_backward_outputs(const at::Tensor& input, const 
 #endif  // GN_INLINE_BACKWARD_CHECKS
 """
 
-GROUP_NORM_BACKWARD_CPU_TEMPLATE = GROUP_NORM_BACKWARD_CHECKS + r"""
-#include <ATen/Parallel.h>
+GROUP_NORM_BACKWARD_CPU_TEMPLATE = GROUP_NORM_BACKWARD_CHECKS + CPU_BACKWARD_KERNELS + r"""
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 #include <array>
 #include <vector>
 
 namespace gn_inline_backward_cpu {
 
-// One (n, g) slice: x, dy, dx: (cpg, HW) contiguous; w: the group's cpg weights (double) or null;
-// ds, db: the group's cpg per-channel sums (written here, about the exact mean, read again for dw/db).
-// bias: the group's cpg biases (double) or null; act: the forward's activation, whose derivative at
-// z = (x - mean) * rstd * w + bias turns dy into dz (kNone: dz = dy).
-template <typename T>
-void backward_slice(const T* x, const T* dy, T* dx, const double* w, const double* bias, double mean, double rstd,
-                    int64_t cpg, int64_t HW, double* ds, double* db, const gn_act::Params& act) {
-  const double D = static_cast<double>(cpg * HW);
-  double dm = 0;
-  for (int64_t i = 0; i < cpg * HW; ++i) dm += static_cast<double>(x[i]) - mean;
-  mean += dm / D;  // the exact slice mean (the saved one may be rounded to float)
-  const bool with_act = act.kind != gn_act::kNone;
-  auto dz = [&](int64_t cl, double x_i, double dy_i) {
-    if (!with_act) return dy_i;
-    const double z = (x_i - mean) * rstd * (w ? w[cl] : 1.0) + (bias ? bias[cl] : 0.0);
-    return dy_i * gn_act::derivative(act, z);
-  };
-  double S = 0, B = 0;
-  for (int64_t cl = 0; cl < cpg; ++cl) {
-    const T* xr = x + cl * HW;
-    const T* dyr = dy + cl * HW;
-    double s = 0, b = 0;
-    for (int64_t i = 0; i < HW; ++i) {
-      const double g = dz(cl, static_cast<double>(xr[i]), static_cast<double>(dyr[i]));
-      s += g * (static_cast<double>(xr[i]) - mean);
-      b += g;
+// Writes the parameter gradients (values: dw then db, C each) into dw / db (null: not asked for) in their dtype.
+inline void write_param_grads(const std::vector<double>& values, int64_t C, at::Tensor* dw, at::Tensor* db) {
+  const at::ScalarType type = (dw ? dw : db)->scalar_type();
+  if (!gn_inline_backward::dispatched_type(type)) {  // any other floating dtype: converted by copy_
+    const at::Tensor all = at::from_blob(const_cast<double*>(values.data()), {2 * C}, at::kDouble);
+    if (dw) dw->copy_(all.slice(0, 0, C));
+    if (db) db->copy_(all.slice(0, C, 2 * C));
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "group_norm_backward_cpu", [&] {
+    scalar_t* dwp = dw ? dw->mutable_data_ptr<scalar_t>() : nullptr;
+    scalar_t* dbp = db ? db->mutable_data_ptr<scalar_t>() : nullptr;
+    for (int64_t c = 0; c < C; ++c) {
+      if (dwp) dwp[c] = static_cast<scalar_t>(values[c]);
+      if (dbp) dbp[c] = static_cast<scalar_t>(values[C + c]);
     }
-    ds[cl] = s;
-    db[cl] = b;
-    const double wc = w ? w[cl] : 1.0;
-    S += wc * s;
-    B += wc * b;
-  }
-  if (dx == nullptr) return;
-  const double coef_x = -rstd * rstd * rstd * S / D;
-  const double coef_1 = -rstd * B / D;
-  for (int64_t cl = 0; cl < cpg; ++cl) {
-    const double a = rstd * (w ? w[cl] : 1.0);
-    const T* xr = x + cl * HW;
-    const T* dyr = dy + cl * HW;
-    T* dxr = dx + cl * HW;
-    for (int64_t i = 0; i < HW; ++i)
-      dxr[i] = static_cast<T>(a * dz(cl, static_cast<double>(xr[i]), static_cast<double>(dyr[i])) +
-                              coef_x * (static_cast<double>(xr[i]) - mean) + coef_1);
-  }
+  });
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
@@ -241,60 +213,72 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   const gn_act::Params act = backward_activation(activation, act_alpha, act_beta);
   TORCH_CHECK_NOT_IMPLEMENTED(dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_backward_cpu", input.scalar_type()));
-  const int64_t N = input.size(0), C = input.size(1), G = num_groups, cpg = C / G;
+  const int64_t N = input.size(0), C = input.size(1), G = num_groups;
   BackwardOutputs out = allocate_backward_outputs(input, weight, output_mask);
   at::Tensor &dx = out.dx, &dw = out.dw, &dbias = out.db;
   if (out.complete) return {dx, dw, dbias};
   const int64_t HW = input.numel() / (N * C);
-  const at::Tensor x = input.contiguous();
-  const at::Tensor dy = grad_out.contiguous();
-  // A channels-last input's grad_input is formed in NCHW order, then written back in the input's layout.
-  const bool via_nchw = output_mask[0] && !dx.is_contiguous();
-  at::Tensor dx_work = via_nchw ? at::empty(input.sizes(), input.options()) : dx;
-  const at::Tensor mean64 = mean.to(at::kDouble).contiguous();
-  const at::Tensor rstd64 = rstd.to(at::kDouble).contiguous();
+  // Both read in the layout the kernels take (channels-last when the input is; grad_out copied into it if it has
+  // another); dx was allocated in it.
+  const bool channels_last = channels_last_input(input);
+  const at::MemoryFormat layout = channels_last ? channels_last_format(input) : at::MemoryFormat::Contiguous;
+  const at::Tensor x = input.contiguous(layout);
+  const at::Tensor dy = grad_out.contiguous(layout);
+  const at::ScalarType acc = stats_type(input.scalar_type());
+  const at::Tensor mean_c = mean.contiguous(), rstd_c = rstd.contiguous();
   const bool affine = weight.has_value() && weight->defined();
-  const at::Tensor w64 = affine ? weight->to(at::kDouble).contiguous() : at::Tensor();
-  const bool has_bias = bias.has_value() && bias->defined();
-  const at::Tensor b64 = has_bias ? bias->to(at::kDouble).contiguous() : at::Tensor();
-  const double* bp = has_bias ? b64.data_ptr<double>() : nullptr;
-  // Per-(n, c) sums, kept for dw / db: (N, C) each.
+  const at::Tensor w_c = affine ? weight->to(acc).contiguous() : at::Tensor();
+  const bool has_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
+  const at::Tensor b_c = has_bias ? bias->to(acc).contiguous() : at::Tensor();
+  // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each.
   std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
-  const double* mp = mean64.data_ptr<double>();
-  const double* rp = rstd64.data_ptr<double>();
-  const double* wp = affine ? w64.data_ptr<double>() : nullptr;
+  std::vector<double> param_grads(static_cast<size_t>(2 * C));  // dw then db, in double
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    const scalar_t* dyp = dy.data_ptr<scalar_t>();
-    scalar_t* dxp = output_mask[0] ? dx_work.data_ptr<scalar_t>() : nullptr;
-    at::parallel_for(0, N * G, 1, [&](int64_t first, int64_t last) {
-      for (int64_t slice = first; slice < last; ++slice) {
-        const int64_t offset = slice * cpg * HW;
-        backward_slice<scalar_t>(xp + offset, dyp + offset, dxp ? dxp + offset : nullptr,
-                                 wp ? wp + (slice % G) * cpg : nullptr, bp ? bp + (slice % G) * cpg : nullptr,
-                                 mp[slice], rp[slice], cpg, HW, ds.data() + slice * cpg, db.data() + slice * cpg,
-                                 act);
+    using C_t = gn_cpu::compute_t<scalar_t>;
+    gn_cpu::BackwardArgs<scalar_t> args;
+    args.x = x.const_data_ptr<scalar_t>();
+    args.dy = dy.const_data_ptr<scalar_t>();
+    args.dx = output_mask[0] ? dx.mutable_data_ptr<scalar_t>() : nullptr;
+    args.mean = mean_c.const_data_ptr<C_t>();
+    args.rstd = rstd_c.const_data_ptr<C_t>();
+    args.w = affine ? w_c.const_data_ptr<C_t>() : nullptr;
+    args.bias = has_bias ? b_c.const_data_ptr<C_t>() : nullptr;
+    args.N = N;
+    args.G = G;
+    args.channels = C;
+    args.HW = HW;
+    args.act = act;
+    args.ds = ds.data();
+    args.db = db.data();
+    auto run = [&](auto with_act) {
+      constexpr bool kAct = decltype(with_act)::value;
+      if (channels_last) {
+        gn_cpu::backward_channels_last<scalar_t, kAct>(args);
+      } else {
+        gn_cpu::backward_nchw<scalar_t, kAct>(args);
       }
-    });
-  });
-  if (via_nchw) dx.copy_(dx_work);
-  if (output_mask[1] || output_mask[2]) {
-    at::Tensor dw64 = at::empty({C}, input.options().dtype(at::kDouble));
-    at::Tensor db64 = at::empty({C}, input.options().dtype(at::kDouble));
-    double* dwp = dw64.data_ptr<double>();
-    double* dbp = db64.data_ptr<double>();
+    };
+    if (act.kind == gn_act::kNone) {
+      run(std::false_type{});
+    } else {
+      run(std::true_type{});
+    }
+    if (!(output_mask[1] || output_mask[2])) return;
+    // dw[c] = sum_n ds[n, c] * rstd[n, g],  db[c] = sum_n db[n, c].
+    const C_t* rp = args.rstd;
+    const int64_t cpg = C / G;
     for (int64_t c = 0; c < C; ++c) {
       double sw = 0, sb = 0;
       for (int64_t n = 0; n < N; ++n) {
-        sw += ds[n * C + c] * rp[n * G + c / cpg];
+        sw += ds[n * C + c] * static_cast<double>(rp[n * G + c / cpg]);
         sb += db[n * C + c];
       }
-      dwp[c] = sw;
-      dbp[c] = sb;
+      param_grads[c] = sw;
+      param_grads[C + c] = sb;
     }
-    if (output_mask[1]) dw.copy_(dw64);
-    if (output_mask[2]) dbias.copy_(db64);
-  }
+  });
+  if (output_mask[1] || output_mask[2]) write_param_grads(param_grads, C, output_mask[1] ? &dw : nullptr,
+                                                          output_mask[2] ? &dbias : nullptr);
   return {dx, dw, dbias};
 }
 

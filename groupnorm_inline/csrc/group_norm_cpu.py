@@ -1,11 +1,12 @@
 """C++ source: the operator schemas of the `groupnorm_inline` namespace and their CPU kernels.
 
 This translation unit is in every build (CUDA or not); it owns `TORCH_LIBRARY(groupnorm_inline, ...)`.
-The CPU kernels favour exactness over speed: statistics in double with two passes over each slice
-(mean, then centred sum of squares), one `at::parallel_for` task per (n, g) slice.
+The CPU kernels (cpu_forward_kernels.py) are vectorised with at::vec and use every thread whatever the number
+of (n, g) slices; statistics are shifted sums in the compute type folded into double and merged exactly.
 """
 
 from .activation import ACTIVATION_HEADER
+from .cpu_forward_kernels import CPU_FORWARD_KERNELS
 from .message import MESSAGE_HEADER
 
 # The torch.library namespace of the package's operators. Sources spell it GN_NAMESPACE, replaced by
@@ -152,44 +153,13 @@ inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, 
 #endif  // GN_INLINE_FORWARD_SHARED
 """
 
-# CPU kernels plus the TORCH_LIBRARY block that defines every schema of the namespace.
-GROUP_NORM_CPU_TEMPLATE = GROUP_NORM_FORWARD_SHARED + (r"""
-#include <ATen/Parallel.h>
+# The CPU operator (kernels: cpu_forward_kernels.py) plus the TORCH_LIBRARY block that defines every schema of
+# the namespace.
+GROUP_NORM_CPU_TEMPLATE = GROUP_NORM_FORWARD_SHARED + CPU_FORWARD_KERNELS + (r"""
+#include <ATen/Dispatch.h>
 #include <torch/library.h>
-#include <cmath>
 
 namespace gn_inline_cpu {
-
-// x: contiguous (N*G slices, D); w, b: (C,) in the compute type or null; mean, rstd: (N*G,).
-template <typename T, typename C>
-void forward_kernel(const T* x, T* y, const C* w, const C* b, C* mean_out, C* rstd_out, int64_t slices,
-                    int64_t G, int64_t channels_per_group, int64_t HW, double eps, gn_act::Params act) {
-  const int64_t D = channels_per_group * HW;
-  at::parallel_for(0, slices, 1, [&](int64_t first, int64_t last) {
-    for (int64_t slice = first; slice < last; ++slice) {
-      const T* xs = x + slice * D;
-      T* ys = y + slice * D;
-      double sum = 0;
-      for (int64_t i = 0; i < D; ++i) sum += static_cast<double>(xs[i]);
-      const double mean = sum / static_cast<double>(D);
-      double m2 = 0;
-      for (int64_t i = 0; i < D; ++i) {
-        const double d = static_cast<double>(xs[i]) - mean;
-        m2 += d * d;
-      }
-      const double rstd = 1.0 / std::sqrt(m2 / static_cast<double>(D) + eps);
-      mean_out[slice] = static_cast<C>(mean);
-      rstd_out[slice] = static_cast<C>(rstd);
-      const int64_t c0 = (slice % G) * channels_per_group;
-      for (int64_t cl = 0; cl < channels_per_group; ++cl) {
-        const double a = w ? rstd * static_cast<double>(w[c0 + cl]) : rstd;
-        const double shift = (b ? static_cast<double>(b[c0 + cl]) : 0.0) - mean * a;
-        for (int64_t i = cl * HW; i < (cl + 1) * HW; ++i)
-          ys[i] = static_cast<T>(gn_act::forward(act, static_cast<double>(xs[i]) * a + shift));
-      }
-    }
-  });
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::Tensor& input, int64_t num_groups,
                                                                       const std::optional<at::Tensor>& weight,
@@ -204,18 +174,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
   const int64_t N = call.N, C = call.C, HW = call.HW;
   const bool affine = call.params.affine();
   const at::Tensor &w = call.params.w, &b = call.params.b;
-  const at::ScalarType dtype = input.scalar_type();
-  // Channels-last input: normalised through an NCHW copy, the result written back in the input's layout.
-  const at::Tensor x = call.channels_last ? input.contiguous() : input;
-  at::Tensor out = call.channels_last ? at::empty_like(x) : y;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "group_norm_forward_cpu", [&] {
-    using C_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    forward_kernel<scalar_t, C_t>(x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                                  affine ? w.data_ptr<C_t>() : nullptr, affine ? b.data_ptr<C_t>() : nullptr,
-                                  mean.data_ptr<C_t>(), rstd.data_ptr<C_t>(), N * num_groups, num_groups,
-                                  C / num_groups, HW, eps, call.act);
+  // A channels-last input is read in place and y (empty_like) has its layout: no copies either way.
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cpu", [&] {
+    using C_t = gn_cpu::compute_t<scalar_t>;
+    const scalar_t* xp = input.const_data_ptr<scalar_t>();
+    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
+    const C_t* wp = affine ? w.const_data_ptr<C_t>() : nullptr;
+    const C_t* bp = affine ? b.const_data_ptr<C_t>() : nullptr;
+    C_t* mp = mean.mutable_data_ptr<C_t>();
+    C_t* rp = rstd.mutable_data_ptr<C_t>();
+    gn_cpu::with_epilogue(call.act, [&](const auto& ep) {
+      if (call.channels_last) {
+        gn_cpu::forward_channels_last<scalar_t>(xp, yp, wp, bp, mp, rp, N, num_groups, C, HW, eps, ep);
+      } else {
+        gn_cpu::forward_nchw<scalar_t>(xp, yp, wp, bp, mp, rp, N, num_groups, C / num_groups, HW, eps, ep);
+      }
+    });
   });
-  if (call.channels_last) y.copy_(out);
   return {y, mean, rstd};
 }
 

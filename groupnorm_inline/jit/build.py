@@ -59,6 +59,12 @@ class ExtensionSpec:
     # (the CUDA file holds ~200 kernel instantiations; serial, its build took ~5 minutes on a 16-core machine).
     extra_cuda_cflags: tuple[str, ...] = ("-O3", "-lineinfo", "--split-compile=0")
     description: str = ""                       # shown in the build log line
+    # Compile and link the C++ sources with OpenMP where torch itself runs on it (env.openmp_flags):
+    # at::parallel_for is an inline template, and without -fopenmp it runs every loop on one thread.
+    openmp: bool = False
+    # Compile the C++ sources for this machine's vector ISA (env.cpu_vec_flags: at::vec's AVX2 / AVX-512
+    # implementation, as ATen dispatches its own kernels here), not for the compiler's baseline target.
+    cpu_vec_isa: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
 
@@ -73,6 +79,7 @@ class BuildPlan:
     cuda_cflags: tuple[str, ...]
     key: str
     directory: Path
+    ldflags: tuple[str, ...] = ()
 
     @property
     def library_name(self) -> str:
@@ -93,7 +100,10 @@ def plan(spec: ExtensionSpec) -> BuildPlan:
     with_cuda = bool(spec.cuda_sources) and env.cuda_build_enabled()
     archs = tuple(env.arch_list()) if with_cuda else ()
     warn_c, warn_cuda = _strict_flags()
-    cflags = tuple(spec.extra_cflags) + tuple(warn_c)
+    openmp = tuple(env.openmp_flags()) if spec.openmp else ()
+    isa = tuple(env.cpu_vec_flags()) if spec.cpu_vec_isa else ()
+    cflags = tuple(spec.extra_cflags) + tuple(warn_c) + isa + openmp
+    ldflags = openmp
     if with_cuda:
         cflags += ("-DGROUPNORM_INLINE_WITH_CUDA",)
     cuda_cflags = tuple(spec.extra_cuda_cflags) + tuple(warn_cuda) + tuple(env.gencode_flags(list(archs)))
@@ -104,6 +114,7 @@ def plan(spec: ExtensionSpec) -> BuildPlan:
         "cuda_sources": list(spec.cuda_sources) if with_cuda else [],
         "cflags": list(cflags),
         "cuda_cflags": list(cuda_cflags) if with_cuda else [],
+        "ldflags": list(ldflags),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "nvcc": env.nvcc_version() if with_cuda else None,
@@ -115,7 +126,7 @@ def plan(spec: ExtensionSpec) -> BuildPlan:
         a.replace(".", "").replace("+PTX", "ptx") for a in archs)) if with_cuda else "cpu"
     torch_tag = torch.__version__.split("+")[0]
     dirname = f"{spec.name}-{env.python_tag()}-torch{torch_tag}-{flavour}-{key[:16]}"
-    return BuildPlan(spec, with_cuda, archs, cflags, cuda_cflags, key, env.cache_root() / dirname)
+    return BuildPlan(spec, with_cuda, archs, cflags, cuda_cflags, key, env.cache_root() / dirname, ldflags)
 
 
 class _FileLock:
@@ -208,6 +219,7 @@ def _compile(p: BuildPlan) -> Path:
             cuda_sources=list(p.spec.cuda_sources) if p.with_cuda else None,
             extra_cflags=list(p.cflags),
             extra_cuda_cflags=list(p.cuda_cflags) if p.with_cuda else None,
+            extra_ldflags=list(p.ldflags) or None,
             build_directory=str(p.directory),
             verbose=env.verbose(),
             with_cuda=p.with_cuda,

@@ -14,6 +14,7 @@ cannot drift apart:
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -48,6 +49,62 @@ def cache_root() -> Path:
             return Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "groupnorm_inline"
+
+
+# at::vec's implementation per ATen CPU capability: the compiler flags and macro ATen's own kernels of that
+# capability are built with (the macro selects the implementation in ATen/cpu/vec/vec.h).
+_VEC_ISA_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mavx2", "-mfma", "-mf16c",
+               "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY_AVX2"],
+}
+
+
+@lru_cache(maxsize=None)
+def cpu_vec_flags() -> list[str]:
+    """Compiler flags that give the C++ sources' `at::vec::Vectorized` this machine's vector instructions.
+
+    Without them Vectorized<float> is ATen's portable fallback (an array of 8 floats that gcc may or may not
+    vectorise with SSE2; in the CPU kernels it does not, and they run ~10x slower than PyTorch's AVX2/AVX-512
+    kernels). The extension is compiled on the machine that runs it (load_inline), so it can target that
+    machine's vector ISA as ATen itself does at run time: the level ATen dispatches its own kernels to
+    (torch.backends.cpu.get_cpu_capability(), which honours ATEN_CPU_CAPABILITY=default/avx2/avx512) picks
+    the flags, and the flags are part of the build key, so a cache shared with a machine of another level never
+    hands it a binary it cannot run. The namespace macro CPU_CAPABILITY is given a name of our own, so the inline
+    at::vec functions compiled here never share a symbol with another library's build of them. x86-64 only; on
+    other machines (and at capability DEFAULT) at::vec's defaults apply (NEON on aarch64).
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64") or sys.platform.startswith("win"):
+        return []
+    capability = torch.backends.cpu.get_cpu_capability()
+    flags = _VEC_ISA_FLAGS.get(capability)
+    if flags is None:
+        return []
+    return flags + [f"-DCPU_CAPABILITY=gn_inline_{capability.lower()}"]
+
+
+@lru_cache(maxsize=None)
+def openmp_flags() -> list[str]:
+    """Compiler and linker flags that let the C++ sources' `at::parallel_for` use torch's thread pool.
+
+    at::parallel_for is an inline template: with torch's OpenMP backend its loops are split across threads only
+    in code compiled with OpenMP, and run on one thread otherwise. So, where torch runs on OpenMP and the
+    compiler is gcc on Linux (whose -fopenmp links libgomp.so.1, the soname of the copy torch loads, so the
+    process keeps one OpenMP runtime and torch.set_num_threads governs both): ["-fopenmp"]. Elsewhere (torch's
+    native thread pool, whose parallel_for is compiled into libtorch; macOS; clang without omp.h): none.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return []
+    compiler = os.environ.get("CXX", "c++")  # the compiler torch.utils.cpp_extension builds with
+    try:
+        probe = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if probe.returncode != 0 or "clang" in probe.stdout.lower():
+        return []
+    return ["-fopenmp"]
 
 
 @lru_cache(maxsize=None)

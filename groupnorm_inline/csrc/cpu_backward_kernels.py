@@ -1,0 +1,350 @@
+"""C++ source: the CPU backward kernels (NCHW and channels-last), vectorised with `at::vec` (see cpu_vec.py).
+
+The formulas are those of group_norm_backward_cpu.py. Per (n, c), about the saved mean m of the channel's
+slice (so nothing cancels when |mean| >> std), in the compute type folded into double every kBlock elements:
+
+    ds[n, c] = sum dz * (x - m),   db[n, c] = sum dz,   dm[n, c] = sum (x - m)
+
+with dz = dy, or dy * act'(z), z = (x - m) * rstd * w[c] + bias[c], with the fused activation. Then per
+(n, g): delta = sum_c dm / D (the rounding of the saved mean), S, B, coef_x, coef_1, and in a second pass
+
+    dx = rstd * w[c] * dz + coef_x * (x - m) + coef_1.
+
+Work is cut as in the forward (cpu_forward_kernels.py): NCHW one task per slice doing both passes when the
+slices share out evenly over the threads, otherwise every slice cut into parts (per-part sums added per
+channel, then dx over the same parts); channels-last per sample and part of its rows, with kWidth channels of
+sums in registers down a tile of rows. The per-(n, c) sums ds - delta * db and db are handed back for the
+parameter gradients.
+"""
+
+from .cpu_forward_kernels import CPU_FORWARD_KERNELS
+
+CPU_BACKWARD_KERNELS = CPU_FORWARD_KERNELS + r"""
+#ifndef GN_INLINE_CPU_BACKWARD_KERNELS
+#define GN_INLINE_CPU_BACKWARD_KERNELS
+#include <vector>
+
+namespace gn_cpu {
+
+// Sums of one channel's elements (or of a part of them), in double.
+struct ChannelSums {
+  double ds = 0, db = 0, dm = 0;
+};
+
+// The gradient of the normalised value: dy, or dy * act'(z) with z = d * a + bias, d = x - m.
+template <typename T, bool kAct>
+inline Pack<T> grad_z(const Pack<T>& dy, const Pack<T>& d, const Pack<T>& a, const Pack<T>& bias,
+                      const gn_act::Params& act) {
+  if constexpr (kAct) {
+    return dy * activation_derivative<T>(act, fmadd(d, a, bias));
+  } else {
+    return dy;
+  }
+}
+
+// Adds the sums of len elements of one NCHW channel (x, dy) to out; m: the saved mean, a = rstd * w[c],
+// bias: bias[c] (a, bias only read with an activation).
+template <typename T, bool kAct>
+inline void channel_sums(const T* x, const T* dy, int64_t len, compute_t<T> m, compute_t<T> a, compute_t<T> bias,
+                         const gn_act::Params& act, ChannelSums& out) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  constexpr int64_t W = P::kWidth;
+  const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias);
+  for (int64_t start = 0; start < len; start += kBlock) {
+    const int64_t end = std::min(len, start + kBlock);
+    P sd = P::broadcast(C(0)), sb = sd, sm = sd;
+    int64_t i = start;
+    for (; i + W <= end; i += W) {
+      const P d = P::load(x + i) - vm;
+      const P g = grad_z<T, kAct>(P::load(dy + i), d, va, vb, act);
+      sd = fmadd(g, d, sd);
+      sb = sb + g;
+      sm = sm + d;
+    }
+    if (i < end) {
+      const int64_t cnt = end - i;
+      const P d = (P::load(x + i, cnt) - vm).first(cnt);
+      const P g = grad_z<T, kAct>(P::load(dy + i, cnt), d, va, vb, act).first(cnt);
+      sd = fmadd(g, d, sd);
+      sb = sb + g;
+      sm = sm + d;
+    }
+    out.ds += sum_lanes(sd);
+    out.db += sum_lanes(sb);
+    out.dm += sum_lanes(sm);
+  }
+}
+
+// dx = a * dz + cx * (x - m) + c1 for len elements of one NCHW channel.
+template <typename T, bool kAct>
+inline void channel_grad_input(const T* x, const T* dy, T* dx, int64_t len, compute_t<T> m, compute_t<T> a,
+                               compute_t<T> bias, compute_t<T> cx, compute_t<T> c1, const gn_act::Params& act) {
+  using P = Pack<T>;
+  constexpr int64_t W = P::kWidth;
+  const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias), vcx = P::broadcast(cx),
+          vc1 = P::broadcast(c1);
+  int64_t i = 0;
+  for (; i + W <= len; i += W) {
+    const P d = P::load(x + i) - vm;
+    const P g = grad_z<T, kAct>(P::load(dy + i), d, va, vb, act);
+    fmadd(va, g, fmadd(vcx, d, vc1)).store(dx + i);
+  }
+  if (i < len) {
+    const int64_t cnt = len - i;
+    const P d = P::load(x + i, cnt) - vm;
+    const P g = grad_z<T, kAct>(P::load(dy + i, cnt), d, va, vb, act);
+    fmadd(va, g, fmadd(vcx, d, vc1)).store(dx + i, cnt);
+  }
+}
+
+// The coefficients of one (n, g) from its channels' sums (cpg of them), and the per-channel sums handed back
+// for the parameter gradients: ds_out[cl] = ds - delta * db (about the exact mean), db_out[cl] = db.
+struct GroupCoefficients {
+  double delta, coef_x, coef_1;
+};
+
+template <typename W>
+inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg, int64_t HW, const W* w,
+                                            double rstd, double* ds_out, double* db_out) {
+  const double D = static_cast<double>(cpg * HW);
+  double dm = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) dm += sums[cl].dm;
+  const double delta = dm / D;
+  double S = 0, B = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const double wc = w ? static_cast<double>(w[cl]) : 1.0;
+    const double ds = sums[cl].ds - delta * sums[cl].db;
+    S += wc * ds;
+    B += wc * sums[cl].db;
+    ds_out[cl] = ds;
+    db_out[cl] = sums[cl].db;
+  }
+  GroupCoefficients k;
+  k.delta = delta;
+  k.coef_x = -rstd * rstd * rstd * S / D;
+  k.coef_1 = -rstd * B / D - k.coef_x * delta;
+  return k;
+}
+
+// Inputs of the backward kernels. x, dy, dx: the input's layout (dx null: not asked for); mean, rstd: (N*G,);
+// w, bias: (C,) in the compute type, or null; ds, db: (N, C) per-(n, c) sums written for the parameter gradients.
+template <typename T>
+struct BackwardArgs {
+  const T* x;
+  const T* dy;
+  T* dx;
+  const compute_t<T>* mean;
+  const compute_t<T>* rstd;
+  const compute_t<T>* w;
+  const compute_t<T>* bias;
+  int64_t N, G, channels, HW;
+  gn_act::Params act;
+  double* ds;
+  double* db;
+};
+
+template <typename T, bool kAct>
+void backward_nchw(const BackwardArgs<T>& p) {
+  using C = compute_t<T>;
+  const int64_t G = p.G, cpg = p.channels / G, HW = p.HW, slices = p.N * G, D = cpg * HW;
+  const int64_t parts = split_parts(slices, D, kMinPartElements);
+  const int64_t items = slices * parts;
+  auto begin_of = [&](int64_t item) { return part_begin(D, parts, item % parts, kPartAlign); };
+  auto end_of = [&](int64_t item) { return part_begin(D, parts, item % parts + 1, kPartAlign); };
+  auto a_of = [&](int64_t s, int64_t c) { return p.rstd[s] * (p.w ? p.w[c] : C(1)); };
+  auto bias_of = [&](int64_t c) { return (p.bias ? p.bias[c] : C(0)); };
+  // Channel sums per (item, channel of the group).
+  std::vector<ChannelSums> sums(static_cast<size_t>(items * cpg));
+  std::vector<GroupCoefficients> coefs(static_cast<size_t>(slices));
+  auto sums_of_item = [&](int64_t it) {
+    const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
+    const T* xs = p.x + s * D;
+    const T* dys = p.dy + s * D;
+    for (int64_t cl = lo / HW; cl * HW < hi; ++cl) {
+      const int64_t b = std::max(lo, cl * HW), e = std::min(hi, (cl + 1) * HW), c = g * cpg + cl;
+      channel_sums<T, kAct>(xs + b, dys + b, e - b, p.mean[s], a_of(s, c), bias_of(c), p.act, sums[it * cpg + cl]);
+    }
+  };
+  // Adds the parts' sums into part 0's, then the slice's coefficients.
+  auto finish_slice = [&](int64_t s) {
+    ChannelSums* total = &sums[s * parts * cpg];
+    for (int64_t j = 1; j < parts; ++j) {
+      for (int64_t cl = 0; cl < cpg; ++cl) {
+        const ChannelSums& part = sums[(s * parts + j) * cpg + cl];
+        total[cl].ds += part.ds;
+        total[cl].db += part.db;
+        total[cl].dm += part.dm;
+      }
+    }
+    const int64_t n = s / G, g = s % G;
+    coefs[s] = group_coefficients(total, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[s]),
+                                  p.ds + n * p.channels + g * cpg, p.db + n * p.channels + g * cpg);
+  };
+  auto grad_input_of_item = [&](int64_t it) {
+    const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
+    const GroupCoefficients& k = coefs[s];
+    for (int64_t cl = lo / HW; cl * HW < hi; ++cl) {
+      const int64_t b = std::max(lo, cl * HW), e = std::min(hi, (cl + 1) * HW), c = g * cpg + cl;
+      channel_grad_input<T, kAct>(p.x + s * D + b, p.dy + s * D + b, p.dx + s * D + b, e - b, p.mean[s], a_of(s, c),
+                                  bias_of(c), static_cast<C>(k.coef_x), static_cast<C>(k.coef_1), p.act);
+    }
+  };
+  if (parts == 1) {
+    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+      for (int64_t s = first; s < last; ++s) {
+        sums_of_item(s);
+        finish_slice(s);
+        if (p.dx) grad_input_of_item(s);
+      }
+    });
+    return;
+  }
+  at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) sums_of_item(it);
+  });
+  for (int64_t s = 0; s < slices; ++s) finish_slice(s);
+  if (!p.dx) return;
+  at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) grad_input_of_item(it);
+  });
+}
+
+// Per-channel sums of rows [lo, hi) of one channels-last sample into out[c] (written). m, a, bias: per-channel
+// vectors (the group's saved mean, rstd * w[c], bias[c]) zero-padded to a multiple of kWidth.
+template <typename T, bool kAct>
+void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, ChannelSums* out) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t c = 0; c < channels; ++c) out[c] = ChannelSums{};
+  __at_align__ C l1[W];
+  __at_align__ C l2[W];
+  __at_align__ C l3[W];
+  for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, hi - r0);
+    for (int64_t c = 0; c < channels; c += W) {
+      const int64_t cnt = std::min(W, channels - c);
+      const P vm{V::loadu(m + c), V::loadu(m + c + P::kVec)};
+      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+      const P vb{V::loadu(bias + c), V::loadu(bias + c + P::kVec)};
+      P sd = P::broadcast(C(0)), sb = sd, sm = sd;
+      const int64_t base = r0 * channels + c;
+      if (cnt == W) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const P d = P::load(x + base + r * channels) - vm;
+          const P g = grad_z<T, kAct>(P::load(dy + base + r * channels), d, va, vb, act);
+          sd = fmadd(g, d, sd);
+          sb = sb + g;
+          sm = sm + d;
+        }
+      } else {  // lanes past cnt: x, dy, m, a and bias all 0, so d = g = 0 there
+        for (int64_t r = 0; r < rows; ++r) {
+          const P d = P::load(x + base + r * channels, cnt) - vm;
+          const P g = grad_z<T, kAct>(P::load(dy + base + r * channels, cnt), d, va, vb, act);
+          sd = fmadd(g, d, sd);
+          sb = sb + g;
+          sm = sm + d;
+        }
+      }
+      sd.lanes(l1);
+      sb.lanes(l2);
+      sm.lanes(l3);
+      for (int64_t j = 0; j < cnt; ++j) {
+        out[c + j].ds += static_cast<double>(l1[j]);
+        out[c + j].db += static_cast<double>(l2[j]);
+        out[c + j].dm += static_cast<double>(l3[j]);
+      }
+    }
+  }
+}
+
+// Rows [lo, hi) of one channels-last sample: dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
+template <typename T, bool kAct>
+void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+                     const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx, const compute_t<T>* c1,
+                     const gn_act::Params& act) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  auto vload = [](const compute_t<T>* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t row = r * channels;
+    for (int64_t c = 0; c < channels; c += W) {
+      const int64_t cnt = std::min(W, channels - c);
+      const P va = vload(a, c);
+      const P d = P::load(x + row + c, cnt) - vload(m, c);
+      const P g = grad_z<T, kAct>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
+      fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c))).store(dx + row + c, cnt);
+    }
+  }
+}
+
+template <typename T, bool kAct>
+void backward_channels_last(const BackwardArgs<T>& p) {
+  using C = compute_t<T>;
+  const int64_t N = p.N, G = p.G, channels = p.channels, HW = p.HW, cpg = channels / G;
+  const int64_t cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
+  const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
+  const int64_t items = N * parts;
+  const int64_t grain = grain_items(sample / parts);
+  auto begin_of = [&](int64_t item) { return part_begin(HW, parts, item % parts, 1); };
+  auto end_of = [&](int64_t item) { return part_begin(HW, parts, item % parts + 1, 1); };
+  // Per sample, five zero-padded per-channel vectors: m, a, bias (read by both passes), cx, c1 (second pass).
+  enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
+  std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
+  auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t s = n * G + c / cpg;
+      vec(n, kM)[c] = p.mean[s];
+      vec(n, kA)[c] = p.rstd[s] * (p.w ? p.w[c] : C(1));
+      vec(n, kBias)[c] = (p.bias ? p.bias[c] : C(0));
+    }
+  }
+  std::vector<ChannelSums> sums(static_cast<size_t>(items * channels));
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t n = it / parts, lo = begin_of(it), hi = end_of(it);
+      channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, lo, hi, vec(n, kM), vec(n, kA),
+                                 vec(n, kBias), p.act, &sums[it * channels]);
+    }
+  });
+  std::vector<ChannelSums> total(static_cast<size_t>(cpg));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t cl = 0; cl < cpg; ++cl) {
+        ChannelSums t;
+        for (int64_t it = n * parts; it < (n + 1) * parts; ++it) {
+          const ChannelSums& part = sums[it * channels + g * cpg + cl];
+          t.ds += part.ds;
+          t.db += part.db;
+          t.dm += part.dm;
+        }
+        total[cl] = t;
+      }
+      const GroupCoefficients k =
+          group_coefficients(total.data(), cpg, HW, p.w ? p.w + g * cpg : nullptr,
+                             static_cast<double>(p.rstd[n * G + g]), p.ds + n * channels + g * cpg,
+                             p.db + n * channels + g * cpg);
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        vec(n, kCx)[c] = static_cast<C>(k.coef_x);
+        vec(n, kC1)[c] = static_cast<C>(k.coef_1);
+      }
+    }
+  }
+  if (!p.dx) return;
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t n = it / parts;
+      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, begin_of(it),
+                               end_of(it), vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act);
+    }
+  });
+}
+
+}  // namespace gn_cpu
+#endif  // GN_INLINE_CPU_BACKWARD_KERNELS
+"""

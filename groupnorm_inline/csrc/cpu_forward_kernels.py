@@ -1,0 +1,233 @@
+"""C++ source: the CPU forward kernels (NCHW and channels-last), vectorised with `at::vec` (see cpu_vec.py).
+
+Both layouts make two passes over the data: one read for the statistics, one read and one write to normalise
+and apply the fused activation, y = act(x * a[c] + shift[c]) with a = rstd * w[c], shift = b[c] - mean * a
+(PyTorch's own formulation; its rounding at |mean| >> std is what the tests' conditioning term allows for).
+
+  NCHW (N*G contiguous slices of D = cpg * HW elements). One task per slice does both passes while the slice
+  is still in the core's cache, when the slices share out evenly over the threads. Otherwise (fewer slices than
+  threads, or an unbalanced count) every slice is cut into parts: parallel moments of the parts, merged exactly
+  per slice (Moments::merge), then a parallel normalisation of the same parts (at::parallel_for gives a
+  thread the same index range in both passes, so each reads back what it has just read).
+  Channels-last (N samples of HW rows of C contiguous channels): per sample, per-channel moments of each part
+  of its rows, accumulated in registers along C (kWidth channels at a time down a tile of rows), merged per
+  channel and then per group; then the rows are normalised with per-channel a and shift vectors. No transposed
+  copy of the tensor is made.
+"""
+
+from .cpu_vec import CPU_VEC_HEADER
+
+CPU_FORWARD_KERNELS = CPU_VEC_HEADER + r"""
+#ifndef GN_INLINE_CPU_FORWARD_KERNELS
+#define GN_INLINE_CPU_FORWARD_KERNELS
+#include <vector>
+
+namespace gn_cpu {
+
+// Parts are at least this many elements, and start at multiples of kPartAlign elements (whole cache lines).
+constexpr int64_t kMinPartElements = 4096;
+constexpr int64_t kPartAlign = 64;
+// Rows of a channels-last tile: per-channel sums stay in registers down the tile, then fold into double.
+constexpr int64_t kTileRows = 128;
+
+// y[i] = act(x[i] * a + shift) for len elements.
+template <typename T, typename Ep>
+inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> a, compute_t<T> shift, const Ep& ep) {
+  using P = Pack<T>;
+  const P va = P::broadcast(a), vs = P::broadcast(shift);
+  int64_t i = 0;
+  for (; i + P::kWidth <= len; i += P::kWidth) activate(ep, fmadd(P::load(x + i), va, vs)).store(y + i);
+  if (i < len) activate(ep, fmadd(P::load(x + i, len - i), va, vs)).store(y + i, len - i);
+}
+
+// Elements [lo, hi) of one NCHW slice (cpg rows of HW): channel cl of the group uses w[cl], b[cl] (null: 1, 0).
+template <typename T, typename Ep>
+inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, int64_t HW, const compute_t<T>* w,
+                                  const compute_t<T>* b, double mean, double rstd, const Ep& ep) {
+  using C = compute_t<T>;
+  for (int64_t cl = lo / HW; cl * HW < hi; ++cl) {
+    const int64_t begin = std::max(lo, cl * HW), end = std::min(hi, (cl + 1) * HW);
+    const double a = w ? rstd * static_cast<double>(w[cl]) : rstd;
+    const double shift = (b ? static_cast<double>(b[cl]) : 0.0) - mean * a;
+    normalize_run(xs + begin, ys + begin, end - begin, static_cast<C>(a), static_cast<C>(shift), ep);
+  }
+}
+
+// x, y: (N*G slices, D = cpg * HW) contiguous; w, b: (C,) or null; mean, rstd: (N*G,).
+template <typename T, typename Ep>
+void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
+                  compute_t<T>* rstd_out, int64_t N, int64_t G, int64_t cpg, int64_t HW, double eps, const Ep& ep) {
+  using C = compute_t<T>;
+  const int64_t slices = N * G, D = cpg * HW;
+  auto wg = [&](int64_t s) { return w ? w + (s % G) * cpg : nullptr; };
+  auto bg = [&](int64_t s) { return b ? b + (s % G) * cpg : nullptr; };
+  const int64_t parts = split_parts(slices, D, kMinPartElements);
+  if (parts == 1) {
+    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+      for (int64_t s = first; s < last; ++s) {
+        Moments m;
+        run_moments(x + s * D, D, m);
+        const double rstd = m.rstd(eps);
+        mean_out[s] = static_cast<C>(m.mean);
+        rstd_out[s] = static_cast<C>(rstd);
+        normalize_slice_range(x + s * D, y + s * D, 0, D, HW, wg(s), bg(s), m.mean, rstd, ep);
+      }
+    });
+    return;
+  }
+  const int64_t items = slices * parts;
+  auto begin_of = [&](int64_t item) { return part_begin(D, parts, item % parts, kPartAlign); };
+  auto end_of = [&](int64_t item) { return part_begin(D, parts, item % parts + 1, kPartAlign); };
+  std::vector<Moments> partial(static_cast<size_t>(items));
+  at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t lo = begin_of(it);
+      run_moments(x + (it / parts) * D + lo, end_of(it) - lo, partial[it]);
+    }
+  });
+  std::vector<double> mean(static_cast<size_t>(slices)), rstd(static_cast<size_t>(slices));
+  for (int64_t s = 0; s < slices; ++s) {
+    Moments m;
+    for (int64_t j = 0; j < parts; ++j) m.merge(partial[s * parts + j]);
+    mean[s] = m.mean;
+    rstd[s] = m.rstd(eps);
+    mean_out[s] = static_cast<C>(mean[s]);
+    rstd_out[s] = static_cast<C>(rstd[s]);
+  }
+  at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t s = it / parts;
+      normalize_slice_range(x + s * D, y + s * D, begin_of(it), end_of(it), HW, wg(s), bg(s), mean[s], rstd[s], ep);
+    }
+  });
+}
+
+// Per-channel moments of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): mean[c], m2[c]
+// (written; the count is hi - lo). kWidth channels at a time, summed in registers down kTileRows rows about a
+// per-channel pivot (the first row, then the running mean), each tile folded into double.
+template <typename T>
+void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  std::vector<C> pivot(static_cast<size_t>(round_up(channels, W)), C(0));  // lanes past `channels` stay 0
+  for (int64_t c = 0; c < channels; ++c) {
+    pivot[c] = static_cast<C>(x[lo * channels + c]);
+    mean[c] = 0;
+    m2[c] = 0;
+  }
+  __at_align__ C l1[W];
+  __at_align__ C l2[W];
+  double count = 0;
+  for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, hi - r0);
+    for (int64_t c = 0; c < channels; c += W) {
+      const int64_t cnt = std::min(W, channels - c);
+      const P k{V::loadu(pivot.data() + c), V::loadu(pivot.data() + c + P::kVec)};
+      P s1 = P::broadcast(C(0)), s2 = s1;
+      const T* p = x + r0 * channels + c;
+      if (cnt == W) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const P d = P::load(p + r * channels) - k;
+          s1 = s1 + d;
+          s2 = fmadd(d, d, s2);
+        }
+      } else {  // lanes past cnt: 0 loaded, 0 pivot
+        for (int64_t r = 0; r < rows; ++r) {
+          const P d = P::load(p + r * channels, cnt) - k;
+          s1 = s1 + d;
+          s2 = fmadd(d, d, s2);
+        }
+      }
+      s1.lanes(l1);
+      s2.lanes(l2);
+      for (int64_t j = 0; j < cnt; ++j) {
+        Moments m{count, mean[c + j], m2[c + j]};
+        m.merge_shifted(static_cast<double>(rows), static_cast<double>(pivot[c + j]), static_cast<double>(l1[j]),
+                        static_cast<double>(l2[j]));
+        mean[c + j] = m.mean;
+        m2[c + j] = m.m2;
+        pivot[c + j] = static_cast<C>(m.mean);
+      }
+    }
+    count += static_cast<double>(rows);
+  }
+}
+
+// Rows [lo, hi) of one channels-last sample: y[r, c] = act(x[r, c] * a[c] + shift[c]); a, shift padded with
+// zeros to a multiple of kWidth.
+template <typename T, typename Ep>
+void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* a,
+                    const compute_t<T>* shift, const Ep& ep) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* xr = x + r * channels;
+    T* yr = y + r * channels;
+    int64_t c = 0;
+    for (; c + W <= channels; c += W) {
+      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+      const P vs{V::loadu(shift + c), V::loadu(shift + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c), va, vs)).store(yr + c);
+    }
+    if (c < channels) {
+      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+      const P vs{V::loadu(shift + c), V::loadu(shift + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c, channels - c), va, vs)).store(yr + c, channels - c);
+    }
+  }
+}
+
+// x, y: (N, HW, channels) contiguous (NHWC / NDHWC); w, b: (channels,) or null; mean, rstd: (N*G,).
+template <typename T, typename Ep>
+void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
+                           compute_t<T>* rstd_out, int64_t N, int64_t G, int64_t channels, int64_t HW, double eps,
+                           const Ep& ep) {
+  using C = compute_t<T>;
+  const int64_t cpg = channels / G, cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
+  const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
+  const int64_t items = N * parts;
+  const int64_t grain = grain_items(sample / parts);
+  auto begin_of = [&](int64_t item) { return part_begin(HW, parts, item % parts, 1); };
+  auto end_of = [&](int64_t item) { return part_begin(HW, parts, item % parts + 1, 1); };
+  std::vector<double> pmean(static_cast<size_t>(items * channels)), pm2(static_cast<size_t>(items * channels));
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t lo = begin_of(it), hi = end_of(it);
+      if (hi > lo) channel_moments(x + (it / parts) * sample, channels, lo, hi, &pmean[it * channels], &pm2[it * channels]);
+    }
+  });
+  // Per sample: a (cpad) then shift (cpad), zero-padded.
+  std::vector<C> coef(static_cast<size_t>(N * 2 * cpad), C(0));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      Moments m;
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        for (int64_t it = n * parts; it < (n + 1) * parts; ++it) {
+          m.merge(static_cast<double>(end_of(it) - begin_of(it)), pmean[it * channels + c], pm2[it * channels + c]);
+        }
+      }
+      const double rstd = m.rstd(eps);
+      mean_out[n * G + g] = static_cast<C>(m.mean);
+      rstd_out[n * G + g] = static_cast<C>(rstd);
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
+        coef[n * 2 * cpad + c] = static_cast<C>(a);
+        coef[n * 2 * cpad + cpad + c] = static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - m.mean * a);
+      }
+    }
+  }
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t n = it / parts;
+      normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), &coef[n * 2 * cpad],
+                     &coef[n * 2 * cpad + cpad], ep);
+    }
+  });
+}
+
+}  // namespace gn_cpu
+#endif  // GN_INLINE_CPU_FORWARD_KERNELS
+"""

@@ -1,0 +1,283 @@
+"""C++ source: vector building blocks of the CPU kernels (forward and backward), on ATen's `at::vec`.
+
+CPU translation unit only (never seen by nvcc). What it provides:
+
+  Pack<T>         kWidth consecutive elements of T (float, double, Half, BFloat16) held as two vectors of the
+                  compute type (float; double for double data): loads and stores that convert, and partial
+                  loads/stores for the tail of a run (lanes past the end read as 0).
+  epilogue        the fused activation applied to a vector (Identity compiles away; Runtime branches once per
+                  vector on the activation's kind), and its derivative for the backward.
+  Moments         (count, mean, M2) of a set of values in double, merged exactly (Chan et al.'s pairwise
+                  formula), so statistics of parts computed on different threads combine without loss.
+  run_moments     the moments of a contiguous run: blocks of kBlock elements, each summed in the compute type
+                  about a pivot close to the data (the first element, then the running mean), so nothing
+                  cancels when |mean| >> std (float32 E[x^2] - E[x]^2 would lose every digit at 1e4 std).
+  split_parts     how many parts to cut each unit of work (a slice, a sample) into so that all threads get
+                  the same share when the units alone would leave some idle or unbalanced.
+
+ISA: the extension is compiled with the compiler's default target (-O3, no -march): CI and user machines differ,
+and a binary built with -mavx2 / -march=native would fault on a CPU without those instructions. Without
+CPU_CAPABILITY_* macros `at::vec::Vectorized<float>` is ATen's portable 32-byte vector (8 floats, plain loops
+that gcc vectorises with the baseline SSE2 of x86-64, or NEON on aarch64). The kernels are written so that this
+is enough: one read of the data for the statistics with 3-4 vector operations per element (shifted sums, no
+Welford division chain), one read and one write to normalise (a multiply-add per element), conversions of
+half types as whole vectors, and all threads busy whatever the number of (n, g) slices.
+"""
+
+from .activation import ACTIVATION_HEADER
+
+CPU_VEC_HEADER = ACTIVATION_HEADER + r"""
+#ifndef GN_INLINE_CPU_VEC
+#define GN_INLINE_CPU_VEC
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <tuple>
+#include <type_traits>
+
+// The vector helpers below are forced inline: in a translation unit this large, gcc's inliner otherwise leaves
+// some of them (and at::vec::fmadd) as calls that pass 32-byte vectors through memory, 10x slower.
+#if defined(__GNUC__) || defined(__clang__)
+#define GN_CPU_INLINE inline __attribute__((always_inline))
+#else
+#define GN_CPU_INLINE inline
+#endif
+
+namespace gn_cpu {
+
+using at::vec::Vectorized;
+
+// The compute type of a data type: double for double, float for float, Half and BFloat16.
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// kWidth consecutive elements of T as two vectors of the compute type (two, so that every loop carries two
+// independent accumulator chains per sum, and a Half/BFloat16 vector converts into exactly two float vectors).
+template <typename T>
+struct Pack {
+  using C = compute_t<T>;
+  using V = Vectorized<C>;
+  static constexpr int64_t kVec = V::size();
+  static constexpr int64_t kWidth = 2 * kVec;
+  static constexpr bool kConverts = !std::is_same_v<T, C>;
+  static_assert(!kConverts || Vectorized<T>::size() == kWidth, "a half vector must convert to two float vectors");
+
+  V lo, hi;
+
+  GN_CPU_INLINE static Pack broadcast(C v) { return {V(v), V(v)}; }
+
+  GN_CPU_INLINE static Pack load(const T* p) {
+    if constexpr (kConverts) {
+      auto halves = at::vec::convert_to_float<T>(Vectorized<T>::loadu(p));
+      return {std::get<0>(halves), std::get<1>(halves)};
+    } else {
+      return {V::loadu(p), V::loadu(p + kVec)};
+    }
+  }
+  // The first `count` (0 < count <= kWidth) elements at p; the other lanes read as 0 (nothing past p + count is
+  // touched).
+  GN_CPU_INLINE static Pack load(const T* p, int64_t count) {
+    if (count >= kWidth) return load(p);
+    if constexpr (kConverts) {
+      auto halves = at::vec::convert_to_float<T>(Vectorized<T>::loadu(p, count));
+      return {std::get<0>(halves), std::get<1>(halves)};
+    } else {
+      return {V::loadu(p, std::min(count, kVec)), count > kVec ? V::loadu(p + kVec, count - kVec) : V(C(0))};
+    }
+  }
+  GN_CPU_INLINE void store(T* p) const {
+    if constexpr (kConverts) {
+      at::vec::convert_from_float<T>(lo, hi).store(p);
+    } else {
+      lo.store(p);
+      hi.store(p + kVec);
+    }
+  }
+  GN_CPU_INLINE void store(T* p, int64_t count) const {
+    if (count >= kWidth) return store(p);
+    if constexpr (kConverts) {
+      at::vec::convert_from_float<T>(lo, hi).store(p, static_cast<int>(count));
+    } else {
+      lo.store(p, static_cast<int>(std::min(count, kVec)));
+      if (count > kVec) hi.store(p + kVec, static_cast<int>(count - kVec));
+    }
+  }
+  // Lanes at or past `count` set to 0.
+  GN_CPU_INLINE Pack first(int64_t count) const {
+    if (count >= kWidth) return *this;
+    const V zero(C(0));
+    return {V::set(zero, lo, std::min(count, kVec)), count > kVec ? V::set(zero, hi, count - kVec) : zero};
+  }
+  // The lanes as C values, lo's first: out[kWidth].
+  GN_CPU_INLINE void lanes(C* out) const {
+    lo.store(out);
+    hi.store(out + kVec);
+  }
+};
+
+template <typename T>
+GN_CPU_INLINE Pack<T> operator+(const Pack<T>& a, const Pack<T>& b) { return {a.lo + b.lo, a.hi + b.hi}; }
+template <typename T>
+GN_CPU_INLINE Pack<T> operator-(const Pack<T>& a, const Pack<T>& b) { return {a.lo - b.lo, a.hi - b.hi}; }
+template <typename T>
+GN_CPU_INLINE Pack<T> operator*(const Pack<T>& a, const Pack<T>& b) { return {a.lo * b.lo, a.hi * b.hi}; }
+// a * b + c (a multiply and an add: the portable build has no FMA instruction to fuse them into).
+template <typename T>
+GN_CPU_INLINE Pack<T> fmadd(const Pack<T>& a, const Pack<T>& b, const Pack<T>& c) {
+  return {a.lo * b.lo + c.lo, a.hi * b.hi + c.hi};
+}
+
+// Sum of a vector's lanes, in double.
+template <typename V>
+GN_CPU_INLINE double sum_lanes(const V& v) {
+  using C = typename V::value_type;
+  __at_align__ C buf[V::size()];
+  v.store(buf);
+  double s = 0;
+  for (int64_t i = 0; i < V::size(); ++i) s += static_cast<double>(buf[i]);
+  return s;
+}
+template <typename T>
+GN_CPU_INLINE double sum_lanes(const Pack<T>& p) { return sum_lanes(p.lo) + sum_lanes(p.hi); }
+
+// ---------------------------------------------------------------------------------------------- epilogue
+// act(z) on every lane of a pack. Identity: nothing (compiled away). Otherwise the functor's apply, which
+// branches once per call on the activation's kind (gn_act::Runtime) and evaluates it lane by lane.
+template <typename Ep, typename T>
+GN_CPU_INLINE Pack<T> activate(const Ep& ep, const Pack<T>& z) {
+  if constexpr (Ep::kIsIdentity) {
+    return z;
+  } else {
+    using C = compute_t<T>;
+    __at_align__ C buf[Pack<T>::kWidth];
+    z.lanes(buf);
+    ep.apply(buf);
+    return {Pack<T>::V::loadu(buf), Pack<T>::V::loadu(buf + Pack<T>::kVec)};
+  }
+}
+
+// d act / dz on every lane of a pack, for the activation p.kind (one branch per call).
+template <typename T>
+inline Pack<T> activation_derivative(const gn_act::Params& p, const Pack<T>& z) {
+  using C = compute_t<T>;
+  __at_align__ C buf[Pack<T>::kWidth];
+  z.lanes(buf);
+  gn_act::with_kind(p.kind, [&](auto kind) {
+    for (int64_t i = 0; i < Pack<T>::kWidth; ++i) buf[i] = gn_act::derivative_as<decltype(kind)::value>(p, buf[i]);
+  });
+  return {Pack<T>::V::loadu(buf), Pack<T>::V::loadu(buf + Pack<T>::kVec)};
+}
+
+// Calls f(epilogue) with gn_act::Identity when there is no activation, gn_act::Runtime otherwise: two
+// instantiations of each kernel rather than one per activation (the build time grows with every one).
+template <typename F>
+inline void with_epilogue(const gn_act::Params& act, F&& f) {
+  if (act.kind == gn_act::kNone) {
+    f(gn_act::Identity{});
+  } else {
+    gn_act::Runtime ep;
+    ep.p = act;
+    f(ep);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------- moments
+// Count, mean and sum of squared deviations (M2) of a set of values, in double.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+
+  // Adds a set of nb values with mean mean_b and M2 m2_b: exact up to double rounding, whatever the two means.
+  void merge(double nb, double mean_b, double m2_b) {
+    if (nb <= 0) return;
+    const double total = n + nb;
+    const double delta = mean_b - mean;
+    const double fb = nb / total;
+    mean += delta * fb;
+    m2 += m2_b + delta * delta * n * fb;
+    n = total;
+  }
+  void merge(const Moments& o) { merge(o.n, o.mean, o.m2); }
+  // Moments of nb values from their sums s1 = sum (x - pivot), s2 = sum (x - pivot)^2 (pivot near the values).
+  void merge_shifted(double nb, double pivot, double s1, double s2) {
+    if (nb <= 0) return;
+    const double d = s1 / nb;
+    merge(nb, pivot + d, std::max(s2 - s1 * d, 0.0));
+  }
+  // 1 / sqrt(biased variance + eps).
+  double rstd(double eps) const { return 1.0 / std::sqrt(std::max(m2 / n, 0.0) + eps); }
+};
+
+// Elements summed in the compute type before their sums are folded into double: 128 per float lane, so the
+// float sums keep ~1e-7 relative accuracy; the fold costs ~1% of the loop.
+constexpr int64_t kBlock = 2048;
+
+// Adds the len elements at x to m. Each block's pivot is the running mean (the first element for the first
+// block), so |x - pivot| is of the order of the spread of the data and the float sums do not cancel.
+template <typename T>
+inline void run_moments(const T* x, int64_t len, Moments& m) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t start = 0; start < len; start += kBlock) {
+    const int64_t end = std::min(len, start + kBlock);
+    const C pivot = m.n > 0 ? static_cast<C>(m.mean) : static_cast<C>(x[start]);
+    const P k = P::broadcast(pivot);
+    P s1 = P::broadcast(C(0)), s2 = s1;
+    int64_t i = start;
+    for (; i + W <= end; i += W) {
+      const P d = P::load(x + i) - k;
+      s1 = s1 + d;
+      s2 = fmadd(d, d, s2);
+    }
+    if (i < end) {
+      const P d = (P::load(x + i, end - i) - k).first(end - i);
+      s1 = s1 + d;
+      s2 = fmadd(d, d, s2);
+    }
+    m.merge_shifted(static_cast<double>(end - start), static_cast<double>(pivot), sum_lanes(s1), sum_lanes(s2));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ threads
+// Below this many elements a call runs on one thread (a parallel region costs more than it saves), as ATen's
+// own at::internal::GRAIN_SIZE.
+constexpr int64_t kSerialElements = 32768;
+
+// Grain (in items of item_elems elements each) for at::parallel_for: items fewer than kSerialElements in all
+// go to one thread.
+inline int64_t grain_items(int64_t item_elems) {
+  return std::max<int64_t>(1, kSerialElements / std::max<int64_t>(1, item_elems));
+}
+
+// Parts to cut each of `units` units of unit_elems elements into. 1 when the units share out evenly over the
+// threads (a multiple of the thread count, or many units: at most 1/8 imbalance); otherwise enough parts that
+// units * parts is a multiple of the thread count (every thread gets the same share), each part at least
+// min_part_elems elements.
+inline int64_t split_parts(int64_t units, int64_t unit_elems, int64_t min_part_elems) {
+  const int64_t threads = at::get_num_threads();
+  if (threads <= 1 || units % threads == 0 || units >= 8 * threads) return 1;
+  if (units * unit_elems < kSerialElements) return 1;
+  const int64_t parts = threads / std::gcd(units, threads);
+  return std::max<int64_t>(1, std::min(parts, unit_elems / std::max<int64_t>(1, min_part_elems)));
+}
+
+// Start of part j of `parts` over [0, len), rounded down to a multiple of `align` (parts stay in order; the
+// last one ends at len).
+inline int64_t part_begin(int64_t len, int64_t parts, int64_t j, int64_t align) {
+  if (j <= 0) return 0;
+  if (j >= parts) return len;
+  return (len * j / parts) / align * align;
+}
+
+// Rounds n up to a multiple of m.
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace gn_cpu
+#endif  // GN_INLINE_CPU_VEC
+"""
