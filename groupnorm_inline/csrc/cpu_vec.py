@@ -133,18 +133,15 @@ GN_CPU_INLINE Pack<T> fmadd(const Pack<T>& a, const Pack<T>& b, const Pack<T>& c
   return {a.lo * b.lo + c.lo, a.hi * b.hi + c.hi};
 }
 
-// Sum of a vector's lanes, in double.
-template <typename V>
-GN_CPU_INLINE double sum_lanes(const V& v) {
-  using C = typename V::value_type;
-  __at_align__ C buf[V::size()];
-  v.store(buf);
-  double s = 0;
-  for (int64_t i = 0; i < V::size(); ++i) s += static_cast<double>(buf[i]);
-  return s;
-}
+// Sum of a pack's lanes, in double: lo + hi, then ATen's shuffle-tree reduction of the lanes in the compute type
+// (the lanes hold sums of at most kBlock / kWidth terms; a store and a scalar loop per channel cost more than
+// the channel's own loop at HW = 256).
 template <typename T>
-GN_CPU_INLINE double sum_lanes(const Pack<T>& p) { return sum_lanes(p.lo) + sum_lanes(p.hi); }
+GN_CPU_INLINE double sum_lanes(const Pack<T>& p) {
+  using V = typename Pack<T>::V;
+  using C = compute_t<T>;
+  return static_cast<double>(at::vec::vec_reduce_all<C>([](const V& a, const V& b) { return a + b; }, p.lo + p.hi));
+}
 
 // ---------------------------------------------------------------------------------------------- epilogue
 // act(z) on every lane of a pack. Identity: nothing (compiled away). Otherwise the functor's apply, which

@@ -222,14 +222,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   // another); dx was allocated in it.
   const bool channels_last = channels_last_input(input);
   const at::MemoryFormat layout = channels_last ? channels_last_format(input) : at::MemoryFormat::Contiguous;
-  const at::Tensor x = input.contiguous(layout);
-  const at::Tensor dy = grad_out.contiguous(layout);
+  // (Each conversion is skipped when not needed: a dispatched no-op still costs ~1 us, and small backward calls
+  // take tens of microseconds.)
+  auto in_layout = [&](const at::Tensor& t) { return t.is_contiguous(layout) ? t : t.contiguous(layout); };
   const at::ScalarType acc = stats_type(input.scalar_type());
-  const at::Tensor mean_c = mean.contiguous(), rstd_c = rstd.contiguous();
+  auto as_acc = [&](const at::Tensor& t) {
+    return t.scalar_type() == acc && t.is_contiguous() ? t : t.to(acc).contiguous();
+  };
+  const at::Tensor x = in_layout(input);
+  const at::Tensor dy = in_layout(grad_out);
+  const at::Tensor mean_c = as_acc(mean), rstd_c = as_acc(rstd);
   const bool affine = weight.has_value() && weight->defined();
-  const at::Tensor w_c = affine ? weight->to(acc).contiguous() : at::Tensor();
+  const at::Tensor w_c = affine ? as_acc(*weight) : at::Tensor();
   const bool has_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
-  const at::Tensor b_c = has_bias ? bias->to(acc).contiguous() : at::Tensor();
+  const at::Tensor b_c = has_bias ? as_acc(*bias) : at::Tensor();
   // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each.
   std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
   std::vector<double> param_grads(static_cast<size_t>(2 * C));  // dw then db, in double

@@ -1,0 +1,231 @@
+"""The vectorised CPU kernels (csrc/cpu_forward_kernels.py, csrc/cpu_backward_kernels.py) on their edge cases.
+
+Every dtype x layout (NCHW, channels-last 4-D, channels-last 5-D) x affine / no affine x a few fused activations,
+forward and backward, against float64 references of the same (already rounded) inputs; then the shapes that reach
+each code path: one channel per group, C = 3 with one group, one spatial element, odd HW, sizes around the vector
+width (the tails), and few slices / few samples with several threads (the slice / sample cut into parts whose
+moments are merged). Outputs are poisoned (NaN) before each call, so an element a kernel never writes fails.
+
+Tolerances (|ours - ref| <= atol + rtol |ref|):
+  forward   tests/utils.TOLERANCES plus the conditioning term of group_norm_atol (plain GroupNorm), or twice
+            TOLERANCES with an activation (its derivative is at most ~1.1, plus the output's own rounding);
+            mean and rstd as tests/utils.assert_stats_close.
+  backward  GRAD_TOL[dtype] times the size of the reference gradient (largest |ref| + 1): the inputs are rounded
+            to the dtype, the kernels compute in float32 (float64 for float64), and the gradients are sums of
+            up to D terms each rounded at the compute type's unit roundoff.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from groupnorm_inline import group_norm, group_norm_with_stats
+from utils import (TOLERANCES, assert_close_report, assert_group_norm_close, assert_stats_close,
+                   reference_group_norm)
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+GRAD_TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+LAYOUTS = {
+    "NCHW": ((2, 12, 9, 7), 4, torch.contiguous_format),
+    "CL4": ((2, 12, 9, 7), 4, torch.channels_last),
+    "CL5": ((2, 12, 3, 5, 6), 3, torch.channels_last_3d),
+}
+# name, activation_params, the PyTorch module of the same activation (reference).
+ACTIVATIONS = {
+    "none": (None, None, nn.Identity()),
+    "silu": ("silu", None, nn.SiLU()),
+    "gelu": ("gelu", None, nn.GELU()),
+    "leaky_relu": ("leaky_relu", {"negative_slope": 0.2}, nn.LeakyReLU(0.2)),
+}
+
+
+@pytest.fixture
+def threads():
+    """Sets torch's intra-op thread count for one test (restored after it)."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _input(shape, dtype, memory_format=torch.contiguous_format, mean=0.5, std=2.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (mean + std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+    return x.contiguous(memory_format=memory_format)
+
+
+def _params(channels, dtype, affine, seed=1):
+    if not affine:
+        return None, None
+    gen = torch.Generator().manual_seed(seed)
+    w = (1 + 0.5 * torch.randn(channels, generator=gen, dtype=torch.float64)).to(dtype)
+    b = torch.randn(channels, generator=gen, dtype=torch.float64).to(dtype)
+    return w, b
+
+
+def _as64(t):
+    return None if t is None else t.detach().to(torch.float64)
+
+
+def check_forward_cpu(x, groups, w, b, activation="none", what=""):
+    """Our forward (outputs poisoned) against float64, its layout against F.group_norm's, and mean/rstd."""
+    name, params, module = ACTIVATIONS[activation]
+    out, mean, rstd = group_norm_with_stats(x, groups, w, b, 1e-5, activation=name, activation_params=params)
+    assert out.dtype == x.dtype and out.shape == x.shape, what
+    assert out.stride() == F.group_norm(x, groups, eps=1e-5).stride(), f"{what}: output layout {out.stride()}"
+    if name is None:
+        assert_group_norm_close(out, x, groups, w, b, 1e-5, f"{what} output")
+    else:
+        atol, rtol = TOLERANCES[x.dtype]
+        expected = module(reference_group_norm(x, groups, w, b, 1e-5))
+        assert_close_report(out, expected, 2 * atol, 2 * rtol, f"{what} {activation} output")
+    assert_stats_close(mean, rstd, x, groups, 1e-5)
+    return out
+
+
+def check_backward_cpu(x, groups, w, b, activation="none", what="", grad_seed=2):
+    """Gradients of input, weight and bias (autograd through our operator) against float64 autograd of the
+    PyTorch composite act(F.group_norm(...)) on the same rounded values."""
+    name, params, module = ACTIVATIONS[activation]
+    gen = torch.Generator().manual_seed(grad_seed)
+    grad = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+    leaves = [x.detach().clone(memory_format=torch.preserve_format).requires_grad_()]
+    leaves += [t.detach().clone().requires_grad_() for t in (w, b) if t is not None]
+    lw, lb = (leaves[1], leaves[2]) if w is not None else (None, None)
+    out = group_norm(leaves[0], groups, lw, lb, 1e-5, activation=name, activation_params=params)
+    ours = torch.autograd.grad(out, leaves, grad)
+    refs = [t.detach().to(torch.float64).requires_grad_() for t in leaves]
+    rw, rb = (refs[1], refs[2]) if w is not None else (None, None)
+    ref_out = module(F.group_norm(refs[0], groups, rw, rb, 1e-5))
+    theirs = torch.autograd.grad(ref_out, refs, grad.to(torch.float64))
+    tol = GRAD_TOL[x.dtype]
+    assert ours[0].stride() == x.stride(), f"{what}: grad_input strides {ours[0].stride()} != input's {x.stride()}"
+    for label, got, ref in zip(("grad_input", "grad_weight", "grad_bias"), ours, theirs):
+        assert got.dtype == x.dtype, f"{what} {label}: dtype {got.dtype}"
+        scale = 1 + ref.abs().max().item()
+        assert_close_report(got, ref, tol * scale, tol, f"{what} {activation} {label}")
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no affine"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_dtype_layout_activation(dtype, layout, affine, activation, poisoned_outputs):
+    shape, groups, memory_format = LAYOUTS[layout]
+    x = _input(shape, dtype, memory_format)
+    w, b = _params(shape[1], dtype, affine)
+    what = f"{dtype} {layout} {'affine' if affine else 'no affine'}"
+    check_forward_cpu(x, groups, w, b, activation, what)
+    check_backward_cpu(x, groups, w, b, activation, what)
+
+
+# (shape, groups): C = 3 with one group, one channel per group, HW = 1, odd HW, HW just around the vector width
+# (32 float32 / 16 float64 lanes with AVX-512, 16 / 8 with AVX2), channels around it in channels-last, and a
+# slice longer than the 2048-element block of the statistics.
+ODD_SHAPES = [
+    ((2, 3, 5, 7), 1),
+    ((2, 6, 4, 5), 6),
+    ((4, 8, 1, 1), 2),
+    ((3, 4, 17), 2),
+    ((2, 4, 15), 4),
+    ((2, 4, 31), 2),
+    ((2, 4, 33), 2),
+    ((2, 4, 65), 1),
+    ((2, 33, 3, 3), 3),
+    ((2, 17, 2, 2), 17),
+    ((1, 2, 3000), 1),
+    ((2, 5, 6), 5),
+]
+
+
+# Each shape in NCHW, and the 4-D ones in channels_last too.
+ODD_CASES = [(shape, groups, "NCHW") for shape, groups in ODD_SHAPES] + \
+            [(shape, groups, "channels_last") for shape, groups in ODD_SHAPES if len(shape) == 4]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups, memory_format", ODD_CASES, ids=str)
+def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
+    fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+    x = _input(shape, dtype, fmt)
+    w, b = _params(shape[1], dtype, True)
+    what = f"{shape} G={groups} {dtype} {memory_format}"
+    check_forward_cpu(x, groups, w, b, "none", what)
+    check_forward_cpu(x, groups, w, b, "silu", what)
+    if shape[0] * (shape[1] // groups) * (x.numel() // (shape[0] * shape[1])) > 1:
+        check_backward_cpu(x, groups, w, b, "none", what)
+        check_backward_cpu(x, groups, w, b, "silu", what)
+
+
+# Few slices (NCHW) or few samples (channels-last) beside several threads: the kernels cut each slice / sample into
+# parts (at least 4096 elements each, when there are at least 32768 elements in all) whose moments and sums are
+# merged. (shape, groups, memory format); 1, 3 and 5 units against 2, 3 and 4 threads.
+SPLIT_SHAPES = [
+    ((1, 3, 64, 64), 1, torch.contiguous_format),
+    ((1, 6, 48, 50), 3, torch.contiguous_format),
+    ((5, 4, 40, 41), 1, torch.contiguous_format),
+    ((1, 8, 64, 64), 2, torch.channels_last),
+    ((3, 24, 33, 35), 4, torch.channels_last),
+    ((1, 16, 5, 24, 25), 4, torch.channels_last_3d),
+]
+
+
+@pytest.mark.parametrize("num_threads", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, groups, memory_format", SPLIT_SHAPES, ids=str)
+def test_few_slices_many_threads(shape, groups, memory_format, dtype, num_threads, threads, poisoned_outputs):
+    threads(num_threads)
+    x = _input(shape, dtype, memory_format)
+    w, b = _params(shape[1], dtype, True)
+    what = f"{shape} G={groups} {dtype} {num_threads} threads"
+    check_forward_cpu(x, groups, w, b, "none", what)
+    check_backward_cpu(x, groups, w, b, "none", what)
+    check_backward_cpu(x, groups, w, b, "gelu", what)
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+def test_thread_count_does_not_change_results_much(num_threads, threads):
+    """The same input split into different parts: results agree to the float32 tolerance (the merge is exact up
+    to rounding, so only the order of float32 partial sums differs)."""
+    x = _input((1, 4, 96, 96), torch.float32)
+    w, b = _params(4, torch.float32, True)
+    threads(2)
+    ref, ref_mean, ref_rstd = group_norm_with_stats(x, 2, w, b)
+    threads(num_threads)
+    out, mean, rstd = group_norm_with_stats(x, 2, w, b)
+    assert_close_report(out, ref, 2e-6, 2e-6, f"output at {num_threads} threads vs 2")
+    assert_close_report(rstd, ref_rstd, 0.0, 1e-6, "rstd")
+    assert_close_report(mean, ref_mean, 1e-6, 1e-7, "mean")
+
+
+@pytest.mark.parametrize("offset, scale", [(1e4, 1.0), (-1e4, 1.0), (100.0, 0.01)], ids=str)
+@pytest.mark.parametrize("shape, groups, memory_format", [
+    ((2, 8, 33, 31), 4, torch.contiguous_format),
+    ((1, 2, 128, 160), 1, torch.contiguous_format),   # one slice: cut into parts at 2 threads
+    ((2, 8, 33, 31), 4, torch.channels_last),
+    ((1, 16, 4, 20, 21), 4, torch.channels_last_3d),
+], ids=str)
+def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads, poisoned_outputs):
+    """|mean| = 1e4 std: shifted sums (pivot near the data, parts merged with Chan's formula) keep the statistics
+    and the gradients at the float32 tolerance, where float32 E[x^2] - E[x]^2 loses every digit."""
+    threads(2)
+    x = _input(shape, torch.float32, memory_format, mean=offset, std=scale)
+    slices = x.double().reshape(shape[0], groups, -1)
+    naive = (x.reshape(shape[0], groups, -1).square().mean(2) - x.reshape(shape[0], groups, -1).mean(2).square())
+    true_var = slices.var(dim=2, unbiased=False)
+    assert ((naive.double() - true_var).abs() / true_var).max() > 0.1, "the data must defeat a naive variance"
+    w, b = _params(shape[1], torch.float32, True)
+    check_forward_cpu(x, groups, w, b, "none", f"mean {offset}")
+    check_backward_cpu(x, groups, w, b, "none", f"mean {offset}")
+
+
+def test_outputs_keep_the_input_layout_and_compute_type():
+    x = _input((2, 6, 4, 5), torch.bfloat16, torch.channels_last)
+    out, mean, rstd = group_norm_with_stats(x, 3)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+    assert mean.dtype == rstd.dtype == torch.float32
+    x64 = _input((2, 6, 3, 4, 5), torch.float64, torch.channels_last_3d)
+    out64, mean64, _ = group_norm_with_stats(x64, 2)
+    assert out64.is_contiguous(memory_format=torch.channels_last_3d) and mean64.dtype == torch.float64
