@@ -121,7 +121,7 @@ def test_every_dtype_layout_activation(dtype, layout, affine, activation, poison
     check_backward_cpu(x, groups, w, b, activation, what)
 
 
-# (shape, groups): C = 3 with one group, one channel per group, HW = 1, odd HW, HW just around the vector width
+# (shape, groups): C = 3 with one group, one channel per group, HW = 1, one element per (n, g), odd HW, HW just around the vector width
 # (32 float32 / 16 float64 lanes with AVX-512, 16 / 8 with AVX2), channels around it in channels-last, and a
 # slice longer than the 2048-element block of the statistics.
 ODD_SHAPES = [
@@ -137,6 +137,7 @@ ODD_SHAPES = [
     ((2, 17, 2, 2), 17),
     ((1, 2, 3000), 1),
     ((2, 5, 6), 5),
+    ((16, 64), 64),  # one element per slice: the output is exactly the bias
 ]
 
 

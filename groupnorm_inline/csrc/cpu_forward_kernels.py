@@ -1,8 +1,9 @@
 """C++ source: the CPU forward kernels (NCHW and channels-last), vectorised with `at::vec` (see cpu_vec.py).
 
 Both layouts make two passes over the data: one read for the statistics, one read and one write to normalise
-and apply the fused activation, y = act(x * a[c] + shift[c]) with a = rstd * w[c], shift = b[c] - mean * a
-(PyTorch's own formulation; its rounding at |mean| >> std is what the tests' conditioning term allows for).
+and apply the fused activation, y = act((x - mean) * a[c] + b[c]) with a = rstd * w[c]. (Not PyTorch's
+x * a + (b - mean * a): one more subtraction per element, free in a pass bound by memory, and a slice of one
+element, or of equal values, gives exactly b.)
 
   NCHW (N*G contiguous slices of D = cpg * HW elements). One task per slice does both passes while the slice
   is still in the core's cache, when the slices share out evenly over the threads. Otherwise (fewer slices than
@@ -11,7 +12,7 @@ and apply the fused activation, y = act(x * a[c] + shift[c]) with a = rstd * w[c
   thread the same index range in both passes, so each reads back what it has just read).
   Channels-last (N samples of HW rows of C contiguous channels): per sample, per-channel moments of each part
   of its rows, accumulated in registers along C (kWidth channels at a time down a tile of rows), merged per
-  channel and then per group; then the rows are normalised with per-channel a and shift vectors. No transposed
+  channel and then per group; then the rows are normalised with per-channel mean, a and b vectors. No transposed
   copy of the tensor is made.
 """
 
@@ -30,14 +31,15 @@ constexpr int64_t kPartAlign = 64;
 // Rows of a channels-last tile: per-channel sums stay in registers down the tile, then fold into double.
 constexpr int64_t kTileRows = 128;
 
-// y[i] = act(x[i] * a + shift) for len elements.
+// y[i] = act((x[i] - m) * a + b) for len elements.
 template <typename T, typename Ep>
-inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> a, compute_t<T> shift, const Ep& ep) {
+inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> m, compute_t<T> a, compute_t<T> b,
+                          const Ep& ep) {
   using P = Pack<T>;
-  const P va = P::broadcast(a), vs = P::broadcast(shift);
+  const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(b);
   int64_t i = 0;
-  for (; i + P::kWidth <= len; i += P::kWidth) activate(ep, fmadd(P::load(x + i), va, vs)).store(y + i);
-  if (i < len) activate(ep, fmadd(P::load(x + i, len - i), va, vs)).store(y + i, len - i);
+  for (; i + P::kWidth <= len; i += P::kWidth) activate(ep, fmadd(P::load(x + i) - vm, va, vb)).store(y + i);
+  if (i < len) activate(ep, fmadd(P::load(x + i, len - i) - vm, va, vb)).store(y + i, len - i);
 }
 
 // Elements [lo, hi) of one NCHW slice (cpg rows of HW): channel cl of the group uses w[cl], b[cl] (null: 1, 0).
@@ -48,8 +50,8 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
   for (int64_t cl = lo / HW; cl * HW < hi; ++cl) {
     const int64_t begin = std::max(lo, cl * HW), end = std::min(hi, (cl + 1) * HW);
     const double a = w ? rstd * static_cast<double>(w[cl]) : rstd;
-    const double shift = (b ? static_cast<double>(b[cl]) : 0.0) - mean * a;
-    normalize_run(xs + begin, ys + begin, end - begin, static_cast<C>(a), static_cast<C>(shift), ep);
+    normalize_run(xs + begin, ys + begin, end - begin, static_cast<C>(mean), static_cast<C>(a),
+                  b ? b[cl] : C(0), ep);
   }
 }
 
@@ -155,11 +157,11 @@ void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, doubl
   }
 }
 
-// Rows [lo, hi) of one channels-last sample: y[r, c] = act(x[r, c] * a[c] + shift[c]); a, shift padded with
-// zeros to a multiple of kWidth.
+// Rows [lo, hi) of one channels-last sample: y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]); m, a, b padded
+// with zeros to a multiple of kWidth.
 template <typename T, typename Ep>
-void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* a,
-                    const compute_t<T>* shift, const Ep& ep) {
+void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+                    const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -168,14 +170,16 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, 
     T* yr = y + r * channels;
     int64_t c = 0;
     for (; c + W <= channels; c += W) {
+      const P vm{V::loadu(m + c), V::loadu(m + c + P::kVec)};
       const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vs{V::loadu(shift + c), V::loadu(shift + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c), va, vs)).store(yr + c);
+      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c) - vm, va, vb)).store(yr + c);
     }
     if (c < channels) {
+      const P vm{V::loadu(m + c), V::loadu(m + c + P::kVec)};
       const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vs{V::loadu(shift + c), V::loadu(shift + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c, channels - c), va, vs)).store(yr + c, channels - c);
+      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c, channels - c) - vm, va, vb)).store(yr + c, channels - c);
     }
   }
 }
@@ -199,8 +203,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       if (hi > lo) channel_moments(x + (it / parts) * sample, channels, lo, hi, &pmean[it * channels], &pm2[it * channels]);
     }
   });
-  // Per sample: a (cpad) then shift (cpad), zero-padded.
-  std::vector<C> coef(static_cast<size_t>(N * 2 * cpad), C(0));
+  // Per sample: m, a, b (cpad each), zero-padded.
+  std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t g = 0; g < G; ++g) {
       Moments m;
@@ -213,17 +217,17 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       mean_out[n * G + g] = static_cast<C>(m.mean);
       rstd_out[n * G + g] = static_cast<C>(rstd);
       for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
-        const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
-        coef[n * 2 * cpad + c] = static_cast<C>(a);
-        coef[n * 2 * cpad + cpad + c] = static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - m.mean * a);
+        coef[n * 3 * cpad + c] = static_cast<C>(m.mean);
+        coef[n * 3 * cpad + cpad + c] = static_cast<C>(w ? rstd * static_cast<double>(w[c]) : rstd);
+        coef[n * 3 * cpad + 2 * cpad + c] = b ? b[c] : C(0);
       }
     }
   }
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
-      normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), &coef[n * 2 * cpad],
-                     &coef[n * 2 * cpad + cpad], ep);
+      const C* k = &coef[n * 3 * cpad];
+      normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad, ep);
     }
   });
 }
