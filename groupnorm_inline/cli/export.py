@@ -31,7 +31,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from ..jit import ExtensionSpec
+from ..jit import ExtensionSpec, env
 from ..problems import ProblemInfo
 from . import checker, cxx_text, problem_source, recipes
 from .errors import EXIT_FAILED, CliError
@@ -42,10 +42,25 @@ CUDA_BUILD_DEFINE = "-DGROUPNORM_INLINE_WITH_CUDA"
 # Target arch when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset: Hopper, as groupnorm_inline.jit.env.
 DEFAULT_CAPABILITY = (9, 0)
 
-_BASE_IMPORTS = ("import hashlib", "import os", "import shutil", "", "import torch", "import torch.nn as nn")
+_BASE_IMPORTS = ("import hashlib", "import os", "import platform", "import shutil", "import sys", "",
+                 "import torch", "import torch.nn as nn")
 
 # Runs in the exported file. Reads _EXTENSIONS (rendered above it). Kept free of the words KernelBench rejects.
 _LOADER = r'''
+def _cpu_build_flags(openmp, vec_isa):
+    """The C++ flags groupnorm_inline.jit.env adds to a build: this machine's at::vec instruction set (as ATen
+    dispatches its own kernels) and OpenMP where torch runs on it, so the kernels split their work over the
+    threads and round as the package's do. (No compiler probe: the builds here use gcc.)"""
+    flags = []
+    if vec_isa and platform.machine().lower() in ("x86_64", "amd64") and not sys.platform.startswith("win"):
+        capability = torch.backends.cpu.get_cpu_capability()
+        if capability in _VEC_ISA_FLAGS:
+            flags += list(_VEC_ISA_FLAGS[capability]) + ["-DCPU_CAPABILITY=gn_inline_" + capability.lower()]
+    if openmp and sys.platform.startswith("linux") and "parallel backend: OpenMP" in torch.__config__.parallel_info():
+        flags.append("-fopenmp")
+    return flags
+
+
 def _env_flag(name):
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -96,7 +111,8 @@ def _load_extensions():
         if ext["probe_op"] and hasattr(getattr(torch.ops, ext["namespace"]), ext["probe_op"]):
             continue
         with_cuda = toolkit is not None and len(ext["cuda_sources"]) > 0
-        cflags = list(ext["cflags"]) + (list(ext["cuda_build_cflags"]) if with_cuda else [])
+        cpu_flags = _cpu_build_flags(ext["openmp"], ext["cpu_vec_isa"])
+        cflags = list(ext["cflags"]) + (list(ext["cuda_build_cflags"]) if with_cuda else []) + cpu_flags
         cuda_cflags = list(ext["cuda_cflags"]) + (_arch_flags() if with_cuda else [])
         cpp_extension.load_inline(
             name=ext["namespace"] + ("_cuda_" if with_cuda else "_cpu_") + torch_tag,
@@ -104,6 +120,7 @@ def _load_extensions():
             cuda_sources=list(ext["cuda_sources"]) if with_cuda else None,
             extra_cflags=cflags,
             extra_cuda_cflags=cuda_cflags if with_cuda else None,
+            extra_ldflags=["-fopenmp"] if "-fopenmp" in cpu_flags else None,
             with_cuda=with_cuda,
             is_python_module=False,
             verbose=_env_flag("GROUPNORM_INLINE_VERBOSE"),
@@ -126,6 +143,8 @@ class EmbeddedExtension:
     cflags: tuple[str, ...]
     cuda_build_cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...]
+    openmp: bool = False               # the spec's openmp and cpu_vec_isa (flags resolved where the file runs)
+    cpu_vec_isa: bool = False
 
 
 def export_namespace(namespace: str, info: ProblemInfo, digest: str) -> str:
@@ -158,7 +177,7 @@ def embed_extensions(specs: tuple[ExtensionSpec, ...], model_source: str, info: 
             origin=f"{spec.name}" + (f" ({spec.description})" if spec.description else ""),
             namespace=own[0] if own else None, probe_op=probe, cpp_sources=cpp, cuda_sources=cuda,
             cflags=tuple(spec.extra_cflags), cuda_build_cflags=(CUDA_BUILD_DEFINE,),
-            cuda_cflags=tuple(spec.extra_cuda_cflags)))
+            cuda_cflags=tuple(spec.extra_cuda_cflags), openmp=spec.openmp, cpu_vec_isa=spec.cpu_vec_isa))
     return tuple(embedded), cxx_text.retarget_python(model_source, renames)
 
 
@@ -226,6 +245,8 @@ def _render_extension(index: int, ext: EmbeddedExtension) -> tuple[str, str]:
              f"        \"cflags\": {ext.cflags!r},\n"
              f"        \"cuda_build_cflags\": {ext.cuda_build_cflags!r},\n"
              f"        \"cuda_cflags\": {ext.cuda_cflags!r},\n"
+             f"        \"openmp\": {ext.openmp!r},\n"
+             f"        \"cpu_vec_isa\": {ext.cpu_vec_isa!r},\n"
              f"    }},\n")
     return "\n".join(constants), entry
 
@@ -261,7 +282,8 @@ def export_source(info: ProblemInfo) -> str:
         f"# so this file also runs beside the installed package. Environment: CUDA_HOME (toolkit),\n"
         f"# TORCH_CUDA_ARCH_LIST (default: the visible GPUs, else sm_{DEFAULT_CAPABILITY[0]}{DEFAULT_CAPABILITY[1]}), GROUPNORM_INLINE_NO_CUDA=1 (C++\n"
         f"# kernels only), GROUPNORM_INLINE_VERBOSE=1 (compiler output), TORCH_EXTENSIONS_DIR (build folder).\n")
-    loader_names = _top_level_names(_LOADER) | {"_EXTENSIONS", "_DEFAULT_CAPABILITY", "_problem_inputs"}
+    loader_names = _top_level_names(_LOADER) | {"_EXTENSIONS", "_DEFAULT_CAPABILITY", "_VEC_ISA_FLAGS",
+                                                 "_problem_inputs"}
     loader_names |= {f"EXTENSION_{i}_{kind}_SOURCES" for i in range(len(embedded)) for kind in ("CPP", "CUDA")}
     overwritten = _top_level_names(model_source) & loader_names
     if overwritten:
@@ -273,6 +295,8 @@ def export_source(info: ProblemInfo) -> str:
             + "_EXTENSIONS = (\n" + "".join(e for _, e in rendered) + ")\n\n"
             + "# The CUDA arch built for when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset.\n"
             + f"_DEFAULT_CAPABILITY = {DEFAULT_CAPABILITY!r}\n\n"
+            + "# at::vec's compiler flags per ATen CPU capability (groupnorm_inline.jit.env).\n"
+            + f"_VEC_ISA_FLAGS = {env._VEC_ISA_FLAGS!r}\n\n"
             + _LOADER + "\n\n" + model_source.strip("\n") + "\n\n\n" + scoped_inputs(inputs))
     text = re.sub(r"\n{4,}", "\n\n\n", text)
     check_reference_names(text, info)
