@@ -54,14 +54,12 @@ def median_ms(fn, reps: int) -> float:
 
 def make_case(shape, dtype, channels_last, requires_grad):
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen).to(dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last if len(shape) == 4 else torch.channels_last_3d)
+    layout = (torch.channels_last if len(shape) == 4 else torch.channels_last_3d) if channels_last \
+        else torch.contiguous_format
+    x = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout)
     w = (1 + 0.5 * torch.randn(shape[1], generator=gen)).to(dtype)
     b = torch.randn(shape[1], generator=gen).to(dtype)
-    grad = torch.randn(shape, generator=gen).to(dtype)
-    if channels_last:
-        grad = grad.contiguous(memory_format=x.suggest_memory_format())  # as the output's gradient would be
+    grad = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout)  # the output's layout
     for t in (x, w, b):
         t.requires_grad_(requires_grad)
     return x, w, b, grad
