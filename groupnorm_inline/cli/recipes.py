@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from ..problems import ProblemInfo
+from ..problems import PROBLEMS, ProblemInfo
 from .errors import EXIT_USAGE, CliError
 
 
@@ -123,6 +123,34 @@ RECIPES: dict[str, ProblemRecipe] = {
         small_constants={"batch_size": 2, "height": 21, "width": 19},
     ),
 }
+
+# The GroupNorm family (problems/family.py): each ModelNew is generated from its problem module, with the
+# family's Python helpers and the family operator's extension. Small shapes keep each problem's group layout
+# where they can and give odd sizes (tests/test_kernelbench_family.py checks them against float64 too).
+_FAMILY_SPEC = ("groupnorm_inline.problems.family_kernels:EXTENSION",)
+_FAMILY_SMALL = {
+    "2/11": {"batch_size": 3, "in_channels": 3, "out_channels": 16, "height": 6, "width": 6, "num_groups": 4},
+    "2/19": {"batch_size": 2, "in_channels": 4, "out_channels": 16, "height": 9, "width": 9, "num_groups": 4},
+    "2/21": {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 11, "width": 11, "num_groups": 4,
+             "bias_shape": (16, 1, 1), "scale_shape": (16, 1, 1)},
+    "2/23": {"batch_size": 3, "in_channels": 3, "out_channels": 12, "D": 5, "H": 7, "W": 6, "num_groups": 4},
+    "2/27": {"batch_size": 3, "in_channels": 3, "out_channels": 8, "depth": 6, "height": 7, "width": 8},
+    "2/30": {"batch_size": 5, "in_features": 40, "out_features": 96, "num_groups": 3},
+    "2/37": {"batch_size": 5, "in_features": 24, "out_features": 128, "num_groups": 2, "bias_shape": (128,)},
+    "2/60": {"batch_size": 2, "in_channels": 3, "out_channels": 8, "depth": 3, "height": 5, "width": 4},
+    "2/61": {"batch_size": 2, "in_channels": 4, "out_channels": 16, "D": 3, "H": 4, "W": 5, "groups": 4},
+    "2/62": {"batch_size": 4, "input_size": 48, "hidden_size": 64, "num_groups": 4},
+    "2/75": {"batch_size": 4, "in_features": 40, "out_features": 64, "num_groups": 4, "bias_shape": (1, 64, 1, 1)},
+    "2/83": {"batch_size": 2, "in_channels": 3, "out_channels": 8, "depth": 4, "height": 6, "width": 7, "groups": 4},
+    "2/85": {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 13, "width": 15, "num_groups": 4,
+             "scale_shape": (16, 1, 1)},
+    "2/88": {"batch_size": 4, "in_features": 40, "out_features": 64, "num_groups": 4, "multiply_weight_shape": (64,)},
+}
+for _key, _small in _FAMILY_SMALL.items():
+    RECIPES[_key] = ProblemRecipe(extension_specs=_FAMILY_SPEC,
+                                  model_module=f"groupnorm_inline.problems.{PROBLEMS[_key].module}",
+                                  small_constants=_small)
+
 
 
 def recipe_for(info: ProblemInfo) -> ProblemRecipe:
