@@ -342,7 +342,7 @@ def test_bad_inputs_raise_clear_errors():
         new(torch.rand(2, 40, dtype=torch.float64))
     with pytest.raises(TypeError, match="Tensor"):
         new([[0.0] * 40])
-    with pytest.raises(RuntimeError, match="float32 only"):
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
         new.double()(torch.rand(2, 40, dtype=torch.float64))
     with pytest.raises(ValueError, match="gemm must be one of"):
         problem.ModelNew(40, 96, (96,), 3, gemm="tf32")

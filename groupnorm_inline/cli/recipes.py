@@ -108,7 +108,9 @@ RECIPES: dict[str, ProblemRecipe] = {
     # Level 2 #94: ModelNew with its default GEMM (the operand split with the cached weight split, cuBLAS
     # precision handled by CublasFloat32Mode), all from the package's modules.
     "2/94": ProblemRecipe(
-        extension_specs=("groupnorm_inline.problems.level2_94_kernels:EXTENSION",),
+        # The family operator serves KernelBench's float16/bfloat16 precision option.
+        extension_specs=("groupnorm_inline.problems.level2_94_kernels:EXTENSION",
+                         "groupnorm_inline.problems.family_kernels:EXTENSION"),
         model_module="groupnorm_inline.problems.level2_94_gemm_mish_group_norm",
         # x (6, 96), Linear 96 -> 256, 8 groups of 32 channels (the problem's group width).
         small_constants={"batch_size": 6, "in_features": 96, "out_features": 256, "bias_shape": (256,),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .family_kernels import ops as _ops
+from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
 
 PROLOGUES = {"identity": 0, "relu": 1, "gelu": 2, "hardswish": 3, "silu": 4, "add_scale_sigmoid": 5,
              "batch_norm_tanh": 6, "silu_add": 7, "add2_hardtanh_mish": 8}
@@ -56,8 +56,9 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
     bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
     vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
     scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
-    return _ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps, PROLOGUES[prologue],
-                                 EPILOGUES[epilogue], vectors, scalars, input_pool, OUTPUTS[output], output_pool)
+    return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps, PROLOGUES[prologue],
+                                        EPILOGUES[epilogue], vectors, scalars, input_pool, OUTPUTS[output],
+                                        output_pool)
 
 
 def batch_norm_statistics(bn, x: torch.Tensor):
