@@ -234,7 +234,8 @@ def test_eval_applies_static_rules_to_candidates(tmp_path):
 
 
 # The inputs each problem's --small run draws (the recipes' small constants).
-SMALL_INPUTS = {"1/35": "float32(2, 64, 30, 30)", "2/94": "float32(6, 96)", "2/92": "float32(2, 8, 21, 19)"}
+SMALL_INPUTS = {"1/35": "float32(2, 64, 30, 30)", "2/94": "float32(6, 96)", "2/92": "float32(2, 8, 21, 19)",
+                "2/85": "float32(2, 3, 13, 15)"}
 
 
 @pytest.mark.parametrize("key", sorted(SMALL_INPUTS))

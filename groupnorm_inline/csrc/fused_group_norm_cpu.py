@@ -20,7 +20,10 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
   their constants. Prologue and Epilogue are compile-time functors (`Pro*`, `Epi*` below); the pairs the package
   uses are instantiated once each, listed in GN_FAMILY_CHAINS with the paths (kernels) they are built for. x is
   float32, float16 or bfloat16 and contiguous; everything is computed in float32 (statistics accumulated in
-  float64 on the CPU, shifted float32 partial sums combined in float64 on CUDA), out has x's dtype.
+  float64 on the CPU, shifted float32 partial sums combined in float64 on CUDA), out has x's dtype. For float16
+  and bfloat16 the functors round to that dtype where each op of the reference rounds (`rnd<T>`), and so does the
+  GroupNorm's output before the epilogue: KernelBench's precision option compares against eager PyTorch in that
+  dtype, whose GroupNorm amplifies the roundings of its input.
 
 The CPU kernel is the exact reference of the family: one task per sample, each (n, g) slice's values v' gathered
 in float32, two passes in float64 for the mean and the variance, then the same functors and the same affine
@@ -45,6 +48,7 @@ FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace gn_family {
@@ -70,33 +74,66 @@ GN_HD float clamp_torch(float v, float lo, float hi) {
 GN_HD float minimum_nan(float a, float b) { return (a != a || a < b) ? a : b; }
 GN_HD float maximum_nan(float a, float b) { return (a != a || a > b) ? a : b; }
 
+// v rounded to the data type T and back: eager PyTorch computes each elementwise op of float16/bfloat16 tensors in
+// float32 and rounds its result to the tensor's dtype, so the functors round where an op of the reference ends
+// (identity for float32). A GroupNorm divides by the group's spread, so matching these roundings keeps a float16 or
+// bfloat16 result next to the reference's rather than to the exact value.
+template <typename T>
+GN_HD float rnd(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return static_cast<float>(static_cast<T>(v));
+  }
+}
+
+// Functors: `Functor<T>(args, vector offset, scalar offset)`, then f(value, channel) in float32, rounding as
+// the reference's ops on T tensors round.
+
 // ------------------------------------------------------------------ prologues: v = P(x, c), before the statistics
 
+template <typename T>
 struct ProIdentity {
   static constexpr int kVectors = 0, kScalars = 0;
   GN_HD ProIdentity(const Args&, int, int) {}
   GN_HD float operator()(float x, int64_t) const { return x; }
 };
 
-// One gn_act activation: relu, gelu (erf), hardswish, silu (x * sigmoid(x), "Swish").
-template <int KIND>
+// One gn_act activation as one PyTorch op: relu, gelu (erf), hardswish.
+template <typename T, int KIND>
 struct ProAct {
   static constexpr int kVectors = 0, kScalars = 0;
   gn_act::Params p;
   GN_HD ProAct(const Args&, int, int) {}
-  GN_HD float operator()(float x, int64_t) const { return gn_act::forward_as<KIND>(p, x); }
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(gn_act::forward_as<KIND>(p, x)); }
+};
+template <typename T> using ProRelu = ProAct<T, gn_act::kRelu>;
+template <typename T> using ProGelu = ProAct<T, gn_act::kGelu>;
+template <typename T> using ProHardswish = ProAct<T, gn_act::kHardswish>;
+
+// torch.sigmoid(x) * x ("Swish", #60).
+template <typename T>
+struct ProSilu {
+  static constexpr int kVectors = 0, kScalars = 0;
+  GN_HD ProSilu(const Args&, int, int) {}
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(rnd<T>(sigmoid_exact(x)) * x); }
 };
 
 // sigmoid((x + bias[c]) * scale[c])  (#21: x + self.bias, * self.scale, torch.sigmoid).
+template <typename T>
 struct ProAddScaleSigmoid {
   static constexpr int kVectors = 2, kScalars = 0;
   const float* bias;
   const float* scale;
   GN_HD ProAddScaleSigmoid(const Args& a, int vo, int) : bias(a.vec[vo]), scale(a.vec[vo + 1]) {}
-  GN_HD float operator()(float x, int64_t c) const { return sigmoid_exact((x + bias[c]) * scale[c]); }
+  GN_HD float operator()(float x, int64_t c) const {
+    return rnd<T>(sigmoid_exact(rnd<T>(rnd<T>(x + bias[c]) * scale[c])));
+  }
 };
 
-// tanh(((x - mean[c]) * invstd[c]) * weight[c] + bias[c]): BatchNorm with given statistics, then Tanh (#11).
+// tanh(((x - mean[c]) * invstd[c]) * weight[c] + bias[c]): BatchNorm with given statistics (one op: rounded
+// once), then Tanh (#11).
+template <typename T>
 struct ProBatchNormTanh {
   static constexpr int kVectors = 4, kScalars = 0;
   const float* mean;
@@ -106,113 +143,124 @@ struct ProBatchNormTanh {
   GN_HD ProBatchNormTanh(const Args& a, int vo, int)
       : mean(a.vec[vo]), invstd(a.vec[vo + 1]), weight(a.vec[vo + 2]), bias(a.vec[vo + 3]) {}
   GN_HD float operator()(float x, int64_t c) const {
-    return gn_act::e_tanh(((x - mean[c]) * invstd[c]) * weight[c] + bias[c]);
+    return rnd<T>(gn_act::e_tanh(rnd<T>(((x - mean[c]) * invstd[c]) * weight[c] + bias[c])));
   }
 };
 
-// x * sigmoid(x) + bias[c]  (#37: Swish, then + self.bias).
+// torch.sigmoid(x) * x + bias[c]  (#37: Swish, then + self.bias).
+template <typename T>
 struct ProSiluAdd {
   static constexpr int kVectors = 1, kScalars = 0;
   const float* bias;
   GN_HD ProSiluAdd(const Args& a, int vo, int) : bias(a.vec[vo]) {}
-  GN_HD float operator()(float x, int64_t c) const { return x * sigmoid_exact(x) + bias[c]; }
+  GN_HD float operator()(float x, int64_t c) const { return rnd<T>(rnd<T>(rnd<T>(sigmoid_exact(x)) * x) + bias[c]); }
 };
 
-// mish(hardtanh((x + b1[c]) + b2[c], -1, 1))  (#94: Linear bias, + self.bias, Hardtanh, Mish).
-struct ProAdd2HardtanhMish {
-  static constexpr int kVectors = 2, kScalars = 0;
-  const float* b1;
-  const float* b2;
-  GN_HD ProAdd2HardtanhMish(const Args& a, int vo, int) : b1(a.vec[vo]), b2(a.vec[vo + 1]) {}
+// mish(hardtanh(x + bias[c], -1, 1))  (#94 after its Linear: + self.bias, Hardtanh, Mish).
+template <typename T>
+struct ProAddHardtanhMish {
+  static constexpr int kVectors = 1, kScalars = 0;
+  const float* bias;
+  GN_HD ProAddHardtanhMish(const Args& a, int vo, int) : bias(a.vec[vo]) {}
   GN_HD float operator()(float x, int64_t c) const {
-    const float h = clamp_torch((x + b1[c]) + b2[c], -1.0f, 1.0f);
-    return h * gn_act::e_tanh(gn_act::e_log1p(gn_act::e_exp(h)));
+    const float h = clamp_torch(rnd<T>(x + bias[c]), -1.0f, 1.0f);
+    return rnd<T>(h * gn_act::e_tanh(gn_act::e_log1p(gn_act::e_exp(h))));
   }
 };
 
 // ------------------------------------------------------------------ epilogues: e = E(z, c), after the affine
+// z arrives rounded to T (the reference's GroupNorm output).
 
+template <typename T>
 struct EpiIdentity {
   static constexpr int kVectors = 0, kScalars = 0;
   GN_HD EpiIdentity(const Args&, int, int) {}
   GN_HD float operator()(float z, int64_t) const { return z; }
 };
 
-template <int KIND>
-struct EpiAct {
+template <typename T>
+struct EpiHardswish {
   static constexpr int kVectors = 0, kScalars = 0;
   gn_act::Params p;
-  GN_HD EpiAct(const Args&, int, int) {}
-  GN_HD float operator()(float z, int64_t) const { return gn_act::forward_as<KIND>(p, z); }
+  GN_HD EpiHardswish(const Args&, int, int) {}
+  GN_HD float operator()(float z, int64_t) const { return rnd<T>(gn_act::forward_as<gn_act::kHardswish>(p, z)); }
 };
 
 // Hardtanh(min_val = scalars[0], max_val = scalars[1]).
+template <typename T>
 struct EpiHardtanh {
   static constexpr int kVectors = 0, kScalars = 2;
   float lo, hi;
-  GN_HD EpiHardtanh(const Args& a, int, int so) : lo(a.scal[so]), hi(a.scal[so + 1]) {}
+  GN_HD EpiHardtanh(const Args& a, int, int so) : lo(rnd<T>(a.scal[so])), hi(rnd<T>(a.scal[so + 1])) {}
   GN_HD float operator()(float z, int64_t) const { return clamp_torch(z, lo, hi); }
 };
 
 // clamp(minimum(z, s0), s1, s2)  (#83: torch.min(x, min_value), torch.clamp(min_value, max_value)).
+template <typename T>
 struct EpiMinClamp {
   static constexpr int kVectors = 0, kScalars = 3;
   float cap, lo, hi;
-  GN_HD EpiMinClamp(const Args& a, int, int so) : cap(a.scal[so]), lo(a.scal[so + 1]), hi(a.scal[so + 2]) {}
+  GN_HD EpiMinClamp(const Args& a, int, int so)
+      : cap(rnd<T>(a.scal[so])), lo(rnd<T>(a.scal[so + 1])), hi(rnd<T>(a.scal[so + 2])) {}
   GN_HD float operator()(float z, int64_t) const { return clamp_torch(minimum_nan(z, cap), lo, hi); }
 };
 
 // clamp(z * scale[c], s0, s1)  (#85: * self.scale, then the clamp, which commutes exactly with a max-pool:
 // both only select values and the clamp never reverses an order).
+template <typename T>
 struct EpiScaleClamp {
   static constexpr int kVectors = 1, kScalars = 2;
   const float* scale;
   float lo, hi;
-  GN_HD EpiScaleClamp(const Args& a, int vo, int so) : scale(a.vec[vo]), lo(a.scal[so]), hi(a.scal[so + 1]) {}
-  GN_HD float operator()(float z, int64_t c) const { return clamp_torch(z * scale[c], lo, hi); }
+  GN_HD EpiScaleClamp(const Args& a, int vo, int so)
+      : scale(a.vec[vo]), lo(rnd<T>(a.scal[so])), hi(rnd<T>(a.scal[so + 1])) {}
+  GN_HD float operator()(float z, int64_t c) const { return clamp_torch(rnd<T>(z * scale[c]), lo, hi); }
 };
 
 // t = leaky_relu(z, s0); t + t  (#62).
+template <typename T>
 struct EpiLeakyReluDouble {
   static constexpr int kVectors = 0, kScalars = 1;
   float slope;
   GN_HD EpiLeakyReluDouble(const Args& a, int, int so) : slope(a.scal[so]) {}
   GN_HD float operator()(float z, int64_t) const {
-    const float t = z > 0.0f ? z : z * slope;
-    return t + t;
+    const float t = z > 0.0f ? z : rnd<T>(z * slope);
+    return rnd<T>(t + t);
   }
 };
 
-// t = z * sigmoid(z) * w[c]; t * sigmoid(t)  (#88).
+// t = z * sigmoid(z) * w[c]; t * sigmoid(t)  (#88: x * torch.sigmoid(x), * multiply_weight, again Swish).
+template <typename T>
 struct EpiSiluMulSilu {
   static constexpr int kVectors = 1, kScalars = 0;
   const float* w;
   GN_HD EpiSiluMulSilu(const Args& a, int vo, int) : w(a.vec[vo]) {}
   GN_HD float operator()(float z, int64_t c) const {
-    const float t = (z * sigmoid_exact(z)) * w[c];
-    return t * sigmoid_exact(t);
+    const float t = rnd<T>(rnd<T>(z * rnd<T>(sigmoid_exact(z))) * w[c]);
+    return rnd<T>(t * rnd<T>(sigmoid_exact(t)));
   }
 };
 
-template <int CODE> struct ProOf;
-template <> struct ProOf<0> { using type = ProIdentity; };
-template <> struct ProOf<1> { using type = ProAct<gn_act::kRelu>; };
-template <> struct ProOf<2> { using type = ProAct<gn_act::kGelu>; };
-template <> struct ProOf<3> { using type = ProAct<gn_act::kHardswish>; };
-template <> struct ProOf<4> { using type = ProAct<gn_act::kSilu>; };
-template <> struct ProOf<5> { using type = ProAddScaleSigmoid; };
-template <> struct ProOf<6> { using type = ProBatchNormTanh; };
-template <> struct ProOf<7> { using type = ProSiluAdd; };
-template <> struct ProOf<8> { using type = ProAdd2HardtanhMish; };
+// Codes (problems/family.py names them) -> functor templates.
+template <int CODE, typename T> struct ProOf;
+template <typename T> struct ProOf<0, T> { using type = ProIdentity<T>; };
+template <typename T> struct ProOf<1, T> { using type = ProRelu<T>; };
+template <typename T> struct ProOf<2, T> { using type = ProGelu<T>; };
+template <typename T> struct ProOf<3, T> { using type = ProHardswish<T>; };
+template <typename T> struct ProOf<4, T> { using type = ProSilu<T>; };
+template <typename T> struct ProOf<5, T> { using type = ProAddScaleSigmoid<T>; };
+template <typename T> struct ProOf<6, T> { using type = ProBatchNormTanh<T>; };
+template <typename T> struct ProOf<7, T> { using type = ProSiluAdd<T>; };
+template <typename T> struct ProOf<8, T> { using type = ProAddHardtanhMish<T>; };
 
-template <int CODE> struct EpiOf;
-template <> struct EpiOf<0> { using type = EpiIdentity; };
-template <> struct EpiOf<1> { using type = EpiAct<gn_act::kHardswish>; };
-template <> struct EpiOf<2> { using type = EpiHardtanh; };
-template <> struct EpiOf<3> { using type = EpiMinClamp; };
-template <> struct EpiOf<4> { using type = EpiScaleClamp; };
-template <> struct EpiOf<5> { using type = EpiLeakyReluDouble; };
-template <> struct EpiOf<6> { using type = EpiSiluMulSilu; };
+template <int CODE, typename T> struct EpiOf;
+template <typename T> struct EpiOf<0, T> { using type = EpiIdentity<T>; };
+template <typename T> struct EpiOf<1, T> { using type = EpiHardswish<T>; };
+template <typename T> struct EpiOf<2, T> { using type = EpiHardtanh<T>; };
+template <typename T> struct EpiOf<3, T> { using type = EpiMinClamp<T>; };
+template <typename T> struct EpiOf<4, T> { using type = EpiScaleClamp<T>; };
+template <typename T> struct EpiOf<5, T> { using type = EpiLeakyReluDouble<T>; };
+template <typename T> struct EpiOf<6, T> { using type = EpiSiluMulSilu<T>; };
 
 enum Output : int { kStore = 0, kMeanAll = 1, kMeanSpatial = 2, kMaxPool = 3, kMinChannels = 4 };
 enum Path : int { kSlicePath = 1, kRowsPath = 2 };
@@ -234,8 +282,8 @@ inline int chain_paths(int64_t pro, int64_t epi) {
 inline int chain_vector_count(int64_t pro, int64_t epi, int* scalars) {
 #define GN_FAMILY_COUNTS(P, E, PATHS)                                                        \
   if (pro == P && epi == E) {                                                                \
-    *scalars = ProOf<P>::type::kScalars + EpiOf<E>::type::kScalars;                          \
-    return ProOf<P>::type::kVectors + EpiOf<E>::type::kVectors;                              \
+    *scalars = ProOf<P, float>::type::kScalars + EpiOf<E, float>::type::kScalars;                          \
+    return ProOf<P, float>::type::kVectors + EpiOf<E, float>::type::kVectors;                              \
   }
   GN_FAMILY_CHAINS(GN_FAMILY_COUNTS)
 #undef GN_FAMILY_COUNTS
@@ -380,8 +428,8 @@ namespace gn_family {
 
 template <typename T, int P, int E>
 void run_cpu(const at::Tensor& x, const Problem& p, at::Tensor& out) {
-  using Pro = typename ProOf<P>::type;
-  using Epi = typename EpiOf<E>::type;
+  using Pro = typename ProOf<P, T>::type;
+  using Epi = typename EpiOf<E, T>::type;
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const float* gw = p.args.vec[kMaxVectors - 2];
@@ -413,7 +461,7 @@ void run_cpu(const at::Tensor& x, const Problem& p, at::Tensor& out) {
         for (int64_t j = 0; j < p.cpg; ++j) {
           const int64_t c = g * p.cpg + j;
           const float* vr = v.data() + j * p.S;
-          auto e_at = [&](int64_t s) { return epi(std::fma((vr[s] - meanf) * rstd, gw[c], gb[c]), c); };
+          auto e_at = [&](int64_t s) { return epi(rnd<T>(std::fma((vr[s] - meanf) * rstd, gw[c], gb[c])), c); };
           if (p.output == kStore) {
             T* o = op + (n * p.C + c) * p.S;
             for (int64_t s = 0; s < p.S; ++s) o[s] = static_cast<T>(e_at(s));

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
         for (int64_t u = 0; u < p.out_pool; ++u)
           for (int64_t k = 0; k < p.out_pool; ++k) {
             const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
-            m = maximum_nan(m, epi(fmaf((v - st.x) * st.y, w, b), c));
+            m = maximum_nan(m, epi(rnd<T>(fmaf((v - st.x) * st.y, w, b)), c));
           }
         o[q] = static_cast<T>(m);
       }
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) o[s] = static_cast<T>(epi(fmaf((v[i] - st.x) * st.y, w, b), c));
+        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c));
       }
     } else {  // kMeanAll, kMeanSpatial: the chunk's sum of e
       __shared__ double scratch[64];
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) acc += epi(fmaf((v[i] - st.x) * st.y, w, b), c);
+        if (s < p.S) acc += epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c);
       }
       double a = acc, unused = 0.0;
       gn_inline::block_sum2(a, unused, scratch);
@@ -177,11 +177,11 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
   const float* gw = p.args.vec[kMaxVectors - 2];
   const float* gb = p.args.vec[kMaxVectors - 1];
   const float cnt = static_cast<float>(p.cpg);
-  float run_min = INFINITY;
+  [[maybe_unused]] float run_min = INFINITY;
   for (int64_t g = warp; g < p.G; g += kWarps) {
     const int64_t c0 = g * p.cpg;
     const T* xs = x + row * p.C + c0;
-    T* os = out + row * p.C + c0;
+    [[maybe_unused]] T* os = out + row * p.C + c0;
     if constexpr (PER > 0) {
       float v[PER];
       float sum = 0.0f;
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
       for (int j = 0; j < PER; ++j) {
         const int64_t i = lane + 32 * j;
         if (i < p.cpg) {
-          const float e = epi(fmaf((v[j] - mean) * rstd, gw[c0 + i], gb[c0 + i]), c0 + i);
+          const float e = epi(rnd<T>(fmaf((v[j] - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
           if constexpr (MIN) run_min = minimum_nan(run_min, e);
           else os[i] = static_cast<T>(e);
         }
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
       const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
       for (int64_t i = lane; i < p.cpg; i += 32) {
         const float v = pro(static_cast<float>(xs[i]), c0 + i);
-        const float e = epi(fmaf((v - mean) * rstd, gw[c0 + i], gb[c0 + i]), c0 + i);
+        const float e = epi(rnd<T>(fmaf((v - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
         if constexpr (MIN) run_min = minimum_nan(run_min, e);
         else os[i] = static_cast<T>(e);
       }
@@ -302,8 +302,8 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
 
 template <typename T, int P, int E, int PATHS>
 void run_cuda(const at::Tensor& x, const Problem& p, at::Tensor& out, cudaStream_t stream) {
-  using Pro = typename ProOf<P>::type;
-  using Epi = typename EpiOf<E>::type;
+  using Pro = typename ProOf<P, T>::type;
+  using Epi = typename EpiOf<E, T>::type;
   if constexpr ((PATHS & kRowsPath) != 0) {
     if (x.dim() == 2 && (p.output == kStore || p.output == kMinChannels)) {
       if (p.output == kMinChannels) launch_rows<T, Pro, Epi, true>(x.data_ptr<T>(), p, out.data_ptr<T>(), stream);

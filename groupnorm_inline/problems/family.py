@@ -6,15 +6,15 @@ elementwise chain -> optional reduction", used by the problem modules after thei
 A problem module names its pieces (`group_norm_chain(x, gn, prologue=..., epilogue=..., output=...)`); the
 kernels (csrc/fused_group_norm_cpu.py, csrc/fused_group_norm_cuda.py) have one compile-time functor per name
 and build the (prologue, epilogue) pairs listed in their GN_FAMILY_CHAINS. Every piece computes what the
-PyTorch op it replaces computes, in float32 for float32, float16 and bfloat16 data (the output in the input's
-dtype). The same operator runs on the CPU (the C++ reference kernel, float64 statistics) and on CUDA.
+PyTorch op it replaces computes, in float32 for float32, float16 and bfloat16 data, rounding to the data's dtype
+where each replaced op would (the output in the input's dtype). The same operator runs on the CPU (the C++ reference kernel, float64 statistics) and on CUDA.
 
 Prologues (per element, before the statistics; vectors are per-channel parameters):
     identity, relu, gelu (erf), hardswish, silu (x * sigmoid(x)),
     add_scale_sigmoid [bias, scale]              sigmoid((x + bias) * scale)
     batch_norm_tanh [mean, invstd, weight, bias] tanh((x - mean) * invstd * weight + bias)
     silu_add [bias]                              x * sigmoid(x) + bias
-    add2_hardtanh_mish [b1, b2]                  mish(hardtanh(x + b1 + b2))
+    add_hardtanh_mish [bias]                     mish(hardtanh(x + bias, -1, 1))
 Epilogues (per element, after the affine):
     identity, hardswish,
     hardtanh (min, max)                          clamp(z, min, max)
@@ -32,7 +32,7 @@ import torch
 from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
 
 PROLOGUES = {"identity": 0, "relu": 1, "gelu": 2, "hardswish": 3, "silu": 4, "add_scale_sigmoid": 5,
-             "batch_norm_tanh": 6, "silu_add": 7, "add2_hardtanh_mish": 8}
+             "batch_norm_tanh": 6, "silu_add": 7, "add_hardtanh_mish": 8}
 EPILOGUES = {"identity": 0, "hardswish": 1, "hardtanh": 2, "min_clamp": 3, "scale_clamp": 4,
              "leaky_relu_double": 5, "silu_mul_silu": 6}
 OUTPUTS = {"store": 0, "mean_all": 1, "mean_spatial": 2, "max_pool": 3, "min_channels": 4}
