@@ -347,3 +347,32 @@ def test_operator_errors():
         ops.fused_group_norm(torch.randn(1, 8), 8, w, b, 1e-5, 0, 0, [], [], 1, 0, 1)
     with pytest.raises(RuntimeError, match="expected a per-channel parameter"):
         family.channel_vector(torch.randn(2, 4), 8)
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", ["small", "odd"])
+@pytest.mark.parametrize("key", KEYS)
+def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
+    """The CUDA kernels (slice and rows paths) against eager PyTorch on the GPU, parameters perturbed, outputs
+    poisoned: the harness's tolerance for the dtype (the same cuDNN/cuBLAS calls on both sides, TF32 included)."""
+    patch = CASES[key][3] if shape == "small" else CASES[key][4]
+    model, model_new, namespace = build(key, patch)
+    perturb(model, model_new)
+    model, model_new = model.to("cuda", dtype), model_new.to("cuda", dtype)
+    set_seed(3)
+    (x,) = namespace["get_inputs"]()
+    x = x.to("cuda", dtype)
+    x_before = x.clone()
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    set_seed(11)
+    with torch.no_grad():
+        out = model_new(x)
+    set_seed(11)
+    with torch.no_grad():
+        ref = model(x)
+    assert torch.equal(x, x_before)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert_close_report(out, ref, atol=tol, rtol=tol, what=f"{key} {shape} {dtype} on CUDA")
