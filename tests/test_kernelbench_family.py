@@ -17,7 +17,7 @@ import torch
 
 from groupnorm_inline.cli import problem_source
 from groupnorm_inline.problems import PROBLEMS, family
-from groupnorm_inline.problems import family_kernels
+from groupnorm_inline.problems import family_kernels, level2_94_kernels
 from level2_harness import HARNESS_TRIALS, allclose_margin, replay_harness, set_seed
 from utils import assert_close_report
 
@@ -255,6 +255,37 @@ def test_precision_option(key, dtype):
         ref = model(x)
     assert out.dtype == dtype and out.shape == ref.shape
     assert_close_report(out, ref, atol=1e-2, rtol=1e-2, what=f"{key} {dtype}")
+
+
+GEMM_KEYS = ["2/30", "2/37", "2/62", "2/75", "2/88"]
+GEMMS = [g for g in level2_94_kernels.GEMM_VARIANTS if g != "3xfp16" or level2_94_kernels.HAS_MM_OUT_DTYPE]
+
+
+@pytest.mark.parametrize("gemm", GEMMS)
+@pytest.mark.parametrize("key", GEMM_KEYS)
+def test_gemm_variants_against_float64(key, gemm):
+    """Every GEMM variant of the Linear problems (problems/split_gemm.py) against float64, and the cached weight
+    split remade after an in-place update of the weight."""
+    model, model_new, namespace = build(key, CASES[key][4], gemm=gemm)
+    perturb(model, model_new)
+    assert model_new.gemm_variant == gemm and f"gemm={gemm!r}" in repr(model_new)
+    set_seed(3)
+    (x,) = namespace["get_inputs"]()
+    linear_name = next(name for name, m in model.named_children() if isinstance(m, torch.nn.Linear))
+    for step in range(2):
+        with torch.no_grad():
+            out = model_new(x)
+            ref64 = copy.deepcopy(model).double()(x.double())
+        assert_close_report(out, ref64, atol=2e-5, rtol=2e-5, what=f"{key} gemm={gemm} step {step}")
+        with torch.no_grad():  # in place, as an optimizer step would: the split must follow
+            getattr(model, linear_name).weight.mul_(-0.5)
+            getattr(model_new, linear_name).weight.mul_(-0.5)
+
+
+def test_gemm_keyword_checked():
+    module = module_of("2/30")
+    with pytest.raises(ValueError, match="gemm must be one of"):
+        module.ModelNew(16, 32, 2, -1.0, 1.0, gemm="tf32")
 
 
 # ---------------------------------------------------------------------------------------------- problem details

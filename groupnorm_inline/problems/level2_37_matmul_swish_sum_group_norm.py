@@ -3,14 +3,20 @@
 `Model`, the constants and `get_inputs`/`get_init_inputs` reproduce the KernelBench problem file: x (32768, 1024) from
 `torch.rand`, Linear 1024 -> 4096, Swish, + bias (4096,), GroupNorm with 64 groups of 64 channels.
 
-`ModelNew` draws the same parameters in the same order (Linear, bias). Forward: the Linear (PyTorch), then one
+`ModelNew` draws the same parameters in the same order (Linear, bias). Forward: the Linear (see below), then one
 family operator on the rows: prologue x * sigmoid(x) + bias, GroupNorm.
+
+The Linear runs with the GEMM variant of the keyword-only `gemm` (problems/split_gemm.py, #94's variants): by
+default #94's default, the operand split on tensor cores ("3xfp16" where torch has the float16 -> float32 GEMM,
+else "3xtf32"), float32-accurate; "fp32" runs the reference's own float32 cuBLAS call.
 """
 
 import torch
 import torch.nn as nn
 
 from .family import group_norm_chain
+from .level2_94_kernels import DEFAULT_GEMM
+from .split_gemm import check_gemm, linear
 
 
 class Model(nn.Module):
@@ -40,14 +46,18 @@ class Model(nn.Module):
 class ModelNew(nn.Module):
     """`Model` with Swish, bias and GroupNorm as one family operator after the GEMM."""
 
-    def __init__(self, in_features, out_features, num_groups, bias_shape):
+    def __init__(self, in_features, out_features, num_groups, bias_shape, *, gemm: str = DEFAULT_GEMM):
         super().__init__()
         self.matmul = nn.Linear(in_features, out_features)
         self.bias = nn.Parameter(torch.randn(bias_shape))
         self.group_norm = nn.GroupNorm(num_groups, out_features)
+        self.gemm_variant = check_gemm(gemm)
+
+    def extra_repr(self) -> str:
+        return f"gemm={self.gemm_variant!r}"
 
     def forward(self, x):
-        x = self.matmul(x)
+        x = linear(self.matmul, x, self.gemm_variant)
         return group_norm_chain(x, self.group_norm, prologue="silu_add", prologue_vectors=(self.bias,))
 
 
