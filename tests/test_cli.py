@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from groupnorm_inline.problems import PROBLEMS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,7 +65,10 @@ def test_list_shows_problems_and_shapes_without_building(tmp_path):
                      "inputs: float32(128, 8, 128, 128)", "--small inputs: float32(2, 8, 21, 19)",
                      "generated from the source of groupnorm_inline.problems.level2_94_gemm_mish_group_norm"):
         assert fragment in proc.stdout, proc.stdout
-    assert proc.stdout.count("export/eval: yes") == 3 and "no recipe yet" not in proc.stdout
+    assert proc.stdout.count("export/eval: yes") == len(PROBLEMS) and "no recipe yet" not in proc.stdout
+    for key in ("2/11", "2/19", "2/21", "2/23", "2/27", "2/30", "2/37", "2/60", "2/61", "2/62", "2/75", "2/83", "2/85",
+                "2/88"):
+        assert f"{key}   {PROBLEMS[key].file_name}" in proc.stdout
     assert list(tmp_path.iterdir()) == [], "list started a build"
 
 
