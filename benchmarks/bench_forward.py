@@ -1,12 +1,14 @@
-"""GroupNorm benchmark suite: ours against eager PyTorch, torch.compile and a plain copy, side by side.
+"""GroupNorm benchmark suite: ours against eager PyTorch, torch.compile, Liger-Kernel and a plain copy.
 
 For every row: check correctness first (each provider against a float64 GroupNorm, ours against eager),
-then time ours, eager, torch.compile and the row's traffic floor in this one process, one after the other.
-Writes <out>/<device>-<date>.csv, a .png chart and a .md table, and prints the table.
+then time ours, eager, torch.compile, Liger-Kernel (when installed and applicable) and the row's traffic
+floor in this one process, one after the other. Writes <out>/<device>-<date>.csv, a .png chart and a .md
+table, and prints the table.
 
     python benchmarks/bench_forward.py                      # the forward suite on the GPU
+    python benchmarks/bench_forward.py --families all --time-limit 420   # every new family (unet, vae, ...)
     python benchmarks/bench_forward.py --backward --problems  # plus training rows and level-2 problems
-    python benchmarks/bench_forward.py --cpu-smoke --out /tmp/bench   # tiny shapes on the CPU
+    python benchmarks/bench_forward.py --cpu-smoke --families everything --out /tmp/bench   # tiny, on the CPU
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from pathlib import Path
 
 # Benchmark the package of this checkout (it need not be installed): the repository root goes on the path
@@ -38,6 +41,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rows", help="only rows whose label contains one of these ';'-separated substrings "
                         "(spaces ignored, case-insensitive), e.g. '112,64,512;G32' or '#94'")
     parser.add_argument("--dtypes", help="only these dtypes, e.g. 'fp32,bf16' (fp32, bf16, fp16, fp64)")
+    parser.add_argument("--families", help="row families, comma-separated: " + ", ".join(suite.FAMILIES)
+                        + "; 'all' = every family but the original forward and training ones, 'everything' ="
+                        " all of them (default: forward, plus training with --backward)")
+    parser.add_argument("--memory-formats", help="only rows in these memory formats: nchw, channels_last (cl)")
+    parser.add_argument("--list-families", action="store_true", help="print the families and their rows, then exit")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="start no row after this many seconds; the rest are recorded as skipped (so one "
+                        "device call always ends with its results written)")
     parser.add_argument("--quick", action="store_true", help="20 timed calls per provider, fewer warm-ups")
     parser.add_argument("--backward", action="store_true",
                         help="also time forward+backward and backward alone (needs autograd support)")
@@ -72,7 +83,7 @@ def output_stem(out_dir: Path, info: RunInfo) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.cpu_smoke and not torch.cuda.is_available():
+    if not (args.cpu_smoke or args.list_families) and not torch.cuda.is_available():
         print("no CUDA device is visible: run on a GPU machine, or use --cpu-smoke for the CPU pipeline check",
               file=sys.stderr)
         return 2
@@ -83,41 +94,67 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
 
-    forward_rows = suite.CPU_SMOKE_FORWARD_ROWS if args.cpu_smoke else suite.FORWARD_ROWS
-    training_rows = suite.CPU_SMOKE_BACKWARD_ROWS if args.cpu_smoke else suite.BACKWARD_ROWS
-    forward_rows = [] if args.no_forward else suite.select(forward_rows, args.rows, dtypes)
-    training_rows = suite.select(training_rows, args.rows, dtypes) if args.backward else []
+    table = suite.CPU_SMOKE_FAMILIES if args.cpu_smoke else suite.FAMILIES
+    try:
+        chosen = suite.parse_families(args.families, table) if args.families else (
+            ([] if args.no_forward else [table["forward"]]) + ([table["training"]] if args.backward else []))
+        if args.families and args.backward and table["training"] not in chosen:
+            chosen.append(table["training"])
+        memory_formats = suite.parse_memory_formats(args.memory_formats)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    if args.list_families:
+        for family in (chosen if args.families else table.values()):
+            print(f"{family.name}: {family.about} ({', '.join(family.directions)})")
+            for case in family.rows:
+                print(f"    {case.label:40s} {case.about}")
+        return 0
+    planned = suite.plan_rows(chosen, args.rows, dtypes, memory_formats)
     # (problem key, ModelNew keyword arguments): each selected problem as it is, then the requested variants
     problem_rows = [(key, {}) for key in suite.select_problems(args.rows)] if args.problems else []
     problem_rows += variant_rows
-    if not (forward_rows or training_rows or problem_rows):
+    if not (planned or problem_rows):
         print("no rows selected", file=sys.stderr)
         return 2
     # Imported only now: importing the package builds its kernels the first time (about a minute), which a
     # mistyped option or a machine without a GPU should not cost.
     import runner as suite_runner
 
-    if training_rows and not suite_runner.has_autograd():
-        print("--backward: groupnorm_inline.group_norm is not differentiable in this build; "
-              "no backward rows", file=sys.stderr)
-        training_rows = []
+    if any(d != "forward" for _, directions in planned for d in directions) and not suite_runner.has_autograd():
+        print("groupnorm_inline.group_norm is not differentiable in this build; no training rows", file=sys.stderr)
+        planned = [(case, directions) for case, directions in planned if directions == ("forward",)]
 
     if args.cpu_smoke:
         torch.set_num_threads(1)  # tiny shapes: a thread pool only adds wake-up noise on a busy machine
     plan = (timing.CPU_SMOKE_PLAN if args.cpu_smoke else timing.QUICK_PLAN if args.quick else timing.DEFAULT_PLAN)
     device = torch.device("cpu") if args.cpu_smoke else torch.device("cuda", torch.cuda.current_device())
     info = suite_runner.describe_run(args.cpu_smoke)
-    progress = Progress(len(forward_rows) + len(training_rows) + len(problem_rows))
-    progress.message(f"GroupNorm benchmarks on {info.device}, torch {info.torch}, CUDA {info.cuda}: "
-                     f"{len(forward_rows)} forward, {len(training_rows)} training, {len(problem_rows)} problem rows")
+    progress = Progress(len(planned) + len(problem_rows))
+    training = sum(directions != ("forward",) for _, directions in planned)
+    progress.message(f"GroupNorm benchmarks on {info.device}, torch {info.torch}, CUDA {info.cuda}, Liger-Kernel "
+                     f"{info.liger_kernel}: {len(planned) - training} forward, {training} training, "
+                     f"{len(problem_rows)} problem rows from {', '.join(f.name for f in chosen) or 'no families'}")
 
     settings = suite_runner.Settings(device, plan, with_compile=not (args.no_compile or args.cpu_smoke))
     runner = suite_runner.SuiteRunner(settings, progress)
-    for case in forward_rows:
-        runner.forward_row(case)
-    for case in training_rows:
-        runner.training_row(case)
+    started = time.monotonic()
+
+    def out_of_time() -> bool:
+        return args.time_limit is not None and time.monotonic() - started > args.time_limit
+
+    limit_note = f"skipped: past the suite's time limit of {args.time_limit} s"
+    for case, directions in planned:
+        if out_of_time():
+            runner.skip_row(case, directions, limit_note)
+        elif directions == ("forward",):
+            runner.forward_row(case)
+        else:
+            runner.training_row(case, directions)
     for key, model_kwargs in problem_rows:
+        if out_of_time():
+            progress.message(f"{key}: {limit_note}")
+            continue
         runner.problem_row(key, model_kwargs)
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@
    rstd * |w| * |dy| for grad_input, sum |dy| (|xhat| + rstd |x|) and sum |dy| per channel for grad_weight /
    grad_bias. Shapes cover both CUDA paths (lane segments for HW < 1024, CTAs per row chunk above), scalar and
    16-byte accesses, split rows, unaligned pointers, channels_last gradients, every dtype, |mean| >> std, more
-   than 2^31 elements (64-bit offsets), and a 64-bit-index segment-path case.
+   than 2^31 elements (64-bit offsets), a 64-bit-index segment-path case, and the resident (cluster) path:
+   channel boundaries inside a warp's step, one group, many channels per slice.
 2. Timings (CUDA events, median of 20, L2 flushed when the working set is under 200 MB): backward alone of
    ours (autograd, and the operator called directly), eager PyTorch, torch.compile, and the traffic floor: one
    pass that reads x and dy and writes dx (torch.add(x, dy, out=dx)). Our peak scratch memory is reported too.
@@ -186,6 +187,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="correctness on a few shapes, the main timing row only")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--timing-only", action="store_true", help="skip the correctness sweep")
     args = ap.parse_args()
     t0 = time.time()
     import groupnorm_inline as gn
@@ -199,10 +201,16 @@ def main():
         ((2, 8, 33, 35), 4, f32, {}), ((2, 64, 40, 40), 8, f32, {}), ((1, 4, 3, 70001), 2, f32, {}),
         ((4, 128, 16, 32, 32), 32, f32, {}), ((128, 64, 126, 126), 16, f32, {}), ((16, 64, 256, 256), 8, f32, {}),
         ((1, 2, 1 << 22), 1, f32, {}), ((8, 32, 31, 33), 32, f32, {}), ((1, 64, 30, 30), 1, f32, {}),
+        # resident (cluster) path: channel boundaries inside a warp's step (HW = 1600), many channels per
+        # slice (cpg = 40, 64), one group, clusters of 1..16 CTAs
+        ((3, 12, 40, 40), 4, f32, {}), ((2, 1280, 32, 32), 32, f32, {}), ((2, 320, 64, 64), 32, f32, {}),
+        ((1, 64, 128, 128), 1, f32, {}), ((2, 128, 48, 48), 2, f32, {}),
     ]
     if args.quick:
         cases = cases[:3] + cases[6:10] + cases[-1:]
     ok = True
+    if args.timing_only:
+        cases = []
     for shape, G, dtype, opts in cases:
         for dt in ((dtype, f16, bf16, f64) if not args.quick else (dtype, bf16)):
             ok &= check(gn, shape, G, dt, **opts)
@@ -215,15 +223,17 @@ def main():
     ok &= check(gn, (4, 32, 9, 9), 8, bf16, param_dtype=f32)
     ok &= check(gn, (2, 8, 300, 300), 2, f32, mean_offset=1e4)
     ok &= check(gn, (4, 8, 20, 20), 2, f32, mean_offset=1e4)
-    if not args.quick:
+    if not args.quick and not args.timing_only:
         ok &= check(gn, (1100000, 1024), 8, f32)          # 1.1e9 elements, HW = 1: 64-bit segment path
-    ok &= check(gn, (56, 64, 512, 512), 8, f32)            # the (112, 64, 512, 512)-class shape, 3.8e9 elements
+    if not args.timing_only:
+        ok &= check(gn, (56, 64, 512, 512), 8, f32)        # the (112, 64, 512, 512)-class shape, 3.8e9 elements
     log("correctness: " + ("ALL PASS" if ok else "FAILURES"))
 
     rows = [((56, 64, 512, 512), 8, f32), ((56, 64, 512, 512), 8, bf16), ((16, 64, 256, 256), 8, f32),
             ((32, 256, 64, 64), 32, f32), ((8, 320, 64, 64), 32, f32), ((8, 1280, 16, 16), 32, f32),
             ((1024, 8192), 256, f32), ((128, 64, 126, 126), 16, f32), ((4, 128, 16, 64, 64), 32, f32),
-            ((16, 64, 256, 256), 8, bf16)]
+            ((16, 64, 256, 256), 8, bf16), ((2, 320, 128, 128), 32, f16), ((2, 1280, 32, 32), 32, bf16),
+            ((8, 320, 64, 64), 32, f16), ((1, 128, 256, 256), 32, f16)]
     if args.quick:
         rows = rows[:1]
     results = []

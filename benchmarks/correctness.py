@@ -56,15 +56,24 @@ def _sample_chunks(n: int, per_sample: int):
         yield start, min(n, start + step)
 
 
-def check_against_float64(out: torch.Tensor, x: torch.Tensor, groups: int, weight, bias, eps: float) -> Agreement:
-    """Compare `out` (N, C, *) with GroupNorm of x in float64, a few samples at a time on x's device."""
+# float64 references of the activations the suite fuses (GroupNorm's output, then these).
+REFERENCE_ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu, "mish": F.mish}
+
+
+def check_against_float64(out: torch.Tensor, x: torch.Tensor, groups: int, weight, bias, eps: float,
+                          activation: str | None = None) -> Agreement:
+    """Compare `out` (N, C, *) with GroupNorm of x (then `activation`) in float64, a few samples at a time on
+    x's device; any memory format (elements are compared by index)."""
     atol, rtol = REFERENCE_TOLERANCES[x.dtype]
+    act = REFERENCE_ACTIVATIONS[activation] if activation is not None else None
     w64 = None if weight is None else weight.to(torch.float64)
     b64 = None if bias is None else bias.to(torch.float64)
     agreement = Agreement()
     per_sample = x[0].numel() if x.shape[0] else 0
     for start, stop in _sample_chunks(x.shape[0], per_sample):
         ref = F.group_norm(x[start:stop].to(torch.float64), groups, w64, b64, eps)
+        if act is not None:
+            ref = act(ref)
         agreement.add(out[start:stop], ref, atol, rtol)
         del ref
     return agreement

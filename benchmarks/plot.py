@@ -1,5 +1,5 @@
-"""The results chart: per row, ours' speedup over eager and over torch.compile, and the fraction of the
-copy's bandwidth each provider reaches. Also a command: `python benchmarks/plot.py RESULTS.csv [OUT.png]`.
+"""The results chart: per row, ours' speedup over eager, torch.compile and Liger-Kernel (where it ran), and
+the fraction of the copy's bandwidth each provider reaches. Also a command: `python benchmarks/plot.py RESULTS.csv [OUT.png]`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,19 @@ import matplotlib.ticker  # noqa: E402
 
 from report import RunInfo, Record, lookup, read_csv, rows_in_order, summarise  # noqa: E402
 
-SPEEDUP_COLORS = {"eager": "#4C72B0", "compile": "#DD8452"}
-FRACTION_COLORS = {"ours": "#55A868", "eager": "#4C72B0", "compile": "#DD8452"}
+SPEEDUP_COLORS = {"eager": "#4C72B0", "compile": "#DD8452", "liger": "#8172B3"}
+FRACTION_COLORS = {"ours": "#55A868", "eager": "#4C72B0", "compile": "#DD8452", "liger": "#8172B3"}
+BASELINE_NAMES = {"eager": "eager", "compile": "torch.compile", "liger": "Liger-Kernel"}
 
 
 MAX_LABEL_CHARS = 44
 
 
-def _row_label(section: str, row: str) -> str:
-    label = row if section == "forward" else f"[{section}] {row}"
+def _row_label(key: tuple[str, str, str]) -> str:
+    """"unet (2,320,128,128) G32 fp16 CL", the direction in brackets when it is not the forward."""
+    section, direction, row = key
+    prefix = "" if section == "forward" and direction == "forward" else f"{section} "
+    label = prefix + (row if direction == "forward" else f"[{direction}] {row}")
     return label if len(label) <= MAX_LABEL_CHARS else label[:MAX_LABEL_CHARS - 1] + "\u2026"
 
 
@@ -43,32 +47,32 @@ def _annotate(ax, bars, values, spec):
 def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
     """Write the chart for `records` to `path` (PNG)."""
     table = lookup(records)
-    rows = [key for key in rows_in_order(records) if (key[0], key[1], "ours") in table]
-    labels = [_row_label(section, row) for section, row in rows]
+    rows = [key for key in rows_in_order(records) if (*key, "ours") in table]
+    labels = [_row_label(key) for key in rows]
     count = max(1, len(rows))
-    fig, (ax_speed, ax_frac) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.42 * count), sharey=True,
+    fig, (ax_speed, ax_frac) = plt.subplots(1, 2, figsize=(15, 1.6 + 0.5 * count), sharey=True,
                                             gridspec_kw={"width_ratios": [1.2, 1]},
                                             layout="constrained")  # makes room for the two-line title
     positions = list(range(count))
-    height = 0.38
 
-    # Left: ours' speedup over each PyTorch baseline, as bars growing from 1x: right of the line ours is
+    # Left: ours' speedup over each baseline, as bars growing from 1x: right of the line ours is
     # faster, left of it slower. Log scale, so 0.5x and 2x lie equally far from 1x.
     speedups = []
-    for i, baseline in enumerate(("eager", "compile")):
-        values = [_value(table.get((s, r, "ours")), f"speedup_vs_{baseline}") for s, r in rows]
-        if not any(values):
-            continue  # not timed in this run (e.g. --no-compile): no empty legend entry
+    shown = [b for b in ("eager", "compile", "liger")
+             if any(_value(table.get((*key, "ours")), f"speedup_vs_{b}") for key in rows)]
+    bar = 0.8 / max(1, len(shown))
+    for i, baseline in enumerate(shown):  # not timed in this run (--no-compile, no Liger): no empty legend entry
+        values = [_value(table.get((*key, "ours")), f"speedup_vs_{baseline}") for key in rows]
         speedups += [v for v in values if v > 0]
-        offsets = [p + (i - 0.5) * height for p in positions]
+        offsets = [p + (i - (len(shown) - 1) / 2) * bar for p in positions]
         widths = [v - 1.0 if v > 0 else 0.0 for v in values]
-        ax_speed.barh(offsets, widths, left=1.0, height=height, color=SPEEDUP_COLORS[baseline],
-                      label=f"over {'torch.compile' if baseline == 'compile' else 'eager'}")
+        ax_speed.barh(offsets, widths, left=1.0, height=bar, color=SPEEDUP_COLORS[baseline],
+                      label=f"over {BASELINE_NAMES[baseline]}")
         for offset, value in zip(offsets, values):
             if value > 0:
                 ax_speed.annotate(f"{value:.2f}x", (value, offset), xytext=(3 if value >= 1 else -3, 0),
                                   textcoords="offset points", va="center", ha="left" if value >= 1 else "right",
-                                  fontsize=7)
+                                  fontsize=6)
     ax_speed.axvline(1.0, color="black", linewidth=1)
     ax_speed.set_xscale("log", base=2)
     low, high = min(speedups + [1.0]), max(speedups + [1.0])
@@ -79,16 +83,16 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
     ax_speed.legend(loc="best", fontsize=8)
 
     # Right: copy time / provider time, the fraction of a plain copy's bandwidth each provider reaches.
-    third = 0.26
     fraction_values = []
-    for i, provider in enumerate(("ours", "compile", "eager")):
-        values = [_value(table.get((s, r, provider)), "copy_fraction") for s, r in rows]
-        if not any(values):
-            continue
+    present = [p for p in ("ours", "compile", "eager", "liger")
+               if any(_value(table.get((*key, p)), "copy_fraction") for key in rows)]
+    share = 0.8 / max(1, len(present))
+    for i, provider in enumerate(present):
+        values = [_value(table.get((*key, provider)), "copy_fraction") for key in rows]
         fraction_values += values
-        offsets = [p + (i - 1) * third for p in positions]
-        bars = ax_frac.barh(offsets, values, height=third, color=FRACTION_COLORS[provider],
-                            label="torch.compile" if provider == "compile" else provider)
+        offsets = [p + (i - (len(present) - 1) / 2) * share for p in positions]
+        bars = ax_frac.barh(offsets, values, height=share, color=FRACTION_COLORS[provider],
+                            label=BASELINE_NAMES.get(provider, provider))
         _annotate(ax_frac, bars, values, ".2g")
     ax_frac.axvline(1.0, color="black", linewidth=1)
     ax_frac.set_xlim(0, max([1.15] + [1.1 * v for v in fraction_values]))
@@ -105,6 +109,8 @@ def plot_results(info: RunInfo, records: list[Record], path: Path) -> None:
     summary = summarise(records)
     geomean = (f"geomean speedup over torch.compile {summary.geomean_vs_compile:.2f}x"
                if math.isfinite(summary.geomean_vs_compile) else "no torch.compile timings")
+    if math.isfinite(summary.geomean_vs_liger):
+        geomean += f", over Liger-Kernel {summary.geomean_vs_liger:.2f}x"
     fig.suptitle(f"groupnorm_inline {info.package} GroupNorm on {info.device} ({info.date})\n"
                  f"torch {info.torch}, CUDA {info.cuda}; medians of {info.timer} timings; {geomean}", fontsize=10)
     fig.savefig(path, dpi=120)

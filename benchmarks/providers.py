@@ -1,5 +1,9 @@
-"""What is timed for a row: ours, eager PyTorch, torch.compile, and the row's traffic floor, as callables
-that take no arguments (their tensors are bound in) and return what they allocate.
+"""What is timed for a row: ours, eager PyTorch, torch.compile, Liger-Kernel (optional, `liger_provider.py`)
+and the row's traffic floor, as callables that take no arguments (their tensors are bound in) and return what
+they allocate.
+
+Rows with an activation time GroupNorm followed by it: ours in one pass (`activation=`), eager as two calls
+(`F.group_norm` then e.g. `F.silu`), torch.compile of those same two calls (which Inductor may fuse).
 
 The torch.compile baselines are compiled with `dynamic=False` (one specialised program per shape, as a user
 with fixed shapes gets), and `torch._dynamo.reset()` runs before each row so that the per-function
@@ -32,20 +36,33 @@ def fresh_compile(fn: Callable) -> Callable:
     return torch.compile(fn, mode="default", dynamic=False)
 
 
-def group_norm_functions(groups: int, eps: float):
-    """(ours, eager) GroupNorm callables of (x, weight, bias), and one to compile."""
+# Eager counterparts of the activations the suite uses with `group_norm(..., activation=name)`.
+EAGER_ACTIVATIONS: dict[str, Callable] = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu, "mish": F.mish}
+
+
+def group_norm_functions(groups: int, eps: float, activation: str | None = None):
+    """(ours, eager) callables of (x, weight, bias): GroupNorm, then `activation` when one is named; the
+    eager one is also what torch.compile compiles."""
+    if activation is not None and activation not in EAGER_ACTIVATIONS:
+        raise ValueError(f"no eager counterpart for activation {activation!r}; known: {sorted(EAGER_ACTIVATIONS)}")
+    act = EAGER_ACTIVATIONS.get(activation)
+
     def ours(x, weight, bias):
-        return groupnorm_inline.group_norm(x, groups, weight, bias, eps)
+        if activation is None:
+            return groupnorm_inline.group_norm(x, groups, weight, bias, eps)
+        return groupnorm_inline.group_norm(x, groups, weight, bias, eps, activation=activation)
 
     def eager(x, weight, bias):
-        return F.group_norm(x, groups, weight, bias, eps)
+        y = F.group_norm(x, groups, weight, bias, eps)
+        return y if act is None else act(y)
 
     return ours, eager
 
 
-def forward_providers(x, weight, bias, groups: int, eps: float, with_compile: bool) -> list[Provider]:
-    """Forward GroupNorm of x (N, C, *): ours, eager and (optionally) torch.compile."""
-    ours, eager = group_norm_functions(groups, eps)
+def forward_providers(x, weight, bias, groups: int, eps: float, with_compile: bool,
+                      activation: str | None = None) -> list[Provider]:
+    """Forward GroupNorm (+ activation) of x (N, C, *): ours, eager and (optionally) torch.compile."""
+    ours, eager = group_norm_functions(groups, eps, activation)
     out_bytes = x.numel() * x.element_size()
     providers = [Provider("ours", lambda: ours(x, weight, bias), out_bytes),
                  Provider("eager", lambda: eager(x, weight, bias), out_bytes)]
@@ -53,6 +70,11 @@ def forward_providers(x, weight, bias, groups: int, eps: float, with_compile: bo
         compiled = fresh_compile(eager)
         providers.append(Provider("compile", lambda: compiled(x, weight, bias), out_bytes))
     return providers
+
+
+def liger_forward_provider(liger_fn: Callable, x, weight, bias) -> Provider:
+    """Liger-Kernel's GroupNorm forward, `liger_fn(x, weight, bias)` from liger_provider.group_norm_function."""
+    return Provider("liger", lambda: liger_fn(x, weight, bias), x.numel() * x.element_size())
 
 
 def copy_provider(x) -> Provider:
@@ -79,16 +101,18 @@ def compiled_group_norm(groups: int, eps: float) -> Callable:
 
 
 def training_providers(x, weight, bias, dy, groups: int, eps: float, compiled: Callable | None,
-                       backward_only: bool) -> list[Provider]:
+                       backward_only: bool, liger_fn: Callable | None = None) -> list[Provider]:
     """Forward + backward (or, with backward_only, the backward alone, timed on a graph kept alive with
-    retain_graph) of ours, eager and, when `compiled` is given (from `compiled_group_norm`), torch.compile;
-    x, weight, bias require grad."""
+    retain_graph) of ours, eager, when `compiled` is given (from `compiled_group_norm`) torch.compile, and when
+    `liger_fn` is given Liger-Kernel; x, weight, bias require grad."""
     ours, eager = group_norm_functions(groups, eps)
     tensor_bytes = x.numel() * x.element_size()
     param_bytes = 2 * weight.numel() * weight.element_size()
     functions = [("ours", ours), ("eager", eager)]
     if compiled is not None:
         functions.append(("compile", compiled))
+    if liger_fn is not None:
+        functions.append(("liger", liger_fn))
     providers = []
     for name, gn in functions:  # default arguments bind this iteration's values into each lambda
         if backward_only:
@@ -133,6 +157,7 @@ def training_floor_bytes(x, backward_only: bool) -> int:
     return (3 if backward_only else 5) * tensor_bytes
 
 
-__all__ = ["Provider", "fresh_compile", "forward_providers", "copy_provider", "compiled_group_norm",
+__all__ = ["Provider", "EAGER_ACTIVATIONS", "fresh_compile", "group_norm_functions", "forward_providers",
+           "liger_forward_provider", "copy_provider", "compiled_group_norm",
            "training_providers",
            "retained_graph_compile_config", "training_floor_provider", "training_floor_bytes"]

@@ -1,7 +1,8 @@
 """Running the rows: correctness checks, then timings of every provider, one row at a time, into records.
 
 A row that fails (an exception, a failed check) is recorded with a note and the suite goes on; a row that
-does not fit in free device memory is skipped with the reason.
+does not fit in free device memory is skipped with the reason. Liger-Kernel has a record on every row: its
+timings where it ran, otherwise "not installed" or "n/a: why" (liger_provider.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 import correctness
+import liger_provider
 import providers as prov
 import suite
 import timing
@@ -40,9 +42,10 @@ def describe_run(cpu: bool) -> RunInfo:
         device = f"CPU {platform.machine()}"
     else:
         device = torch.cuda.get_device_name()
+    liger = liger_provider.version() if liger_provider.status() == "available" else liger_provider.status()
     return RunInfo(device=device, torch=torch.__version__, cuda=torch.version.cuda or "none",
                    package=groupnorm_inline.__version__, date=datetime.date.today().isoformat(),
-                   timer="wall-clock" if cpu else "cuda-events")
+                   timer="wall-clock" if cpu else "cuda-events", liger_kernel=liger or "installed, version unknown")
 
 
 def has_autograd() -> bool:
@@ -108,28 +111,45 @@ class SuiteRunner:
             record.iters, record.l2_flushed, record.extra_mem_bytes = result.iters, result.l2_flushed, extra
             self.progress.step(f"{provider.name} {result.median_ms:.4f} ms (median of {result.iters})")
 
-    def _new_records(self, section: str, case: suite.Case, names, traffic_bytes: int) -> dict[str, Record]:
-        return {name: Record(section=section, row=case.label, shape=case.shape_text, groups=case.groups,
-                             dtype=suite.dtype_name(case.dtype), provider=name, traffic_bytes=traffic_bytes,
-                             about=case.about)
+    def _new_records(self, direction: str, case: suite.Case, names, traffic_bytes: int) -> dict[str, Record]:
+        liger = liger_provider.row_status(case.shape, self.settings.device, case.activation)
+        return {name: Record(section=case.family, direction=direction, row=case.label, shape=case.shape_text,
+                             groups=case.groups, dtype=suite.dtype_name(case.dtype),
+                             memory_format=case.layout_name, activation=case.activation or "", provider=name,
+                             traffic_bytes=traffic_bytes, liger=liger, about=case.about)
                 for name in names}
+
+    def _liger_fn(self, case: suite.Case, records: dict[str, Record]):
+        """Liger's GroupNorm for this row, or None (its record then says why: not installed, n/a)."""
+        record = records["liger"]
+        if record.liger != "timed":
+            record.note = record.liger
+            return None
+        return liger_provider.group_norm_function(case.groups, EPS)
 
     def _finish(self, records: dict[str, Record]) -> None:
         rows = list(records.values())
         fill_ratios(rows)
         self.records.extend(rows)
 
-    def _skip(self, section: str, case: suite.Case, reason: str) -> None:
+    def _skip(self, direction: str, case: suite.Case, reason: str) -> None:
         self.progress.step(reason)
-        record = self._new_records(section, case, ["ours"], 0)["ours"]
+        record = self._new_records(direction, case, ["ours"], 0)["ours"]
         record.note = _join(record.note, reason)
         self.records.append(record)
 
+    def skip_row(self, case: suite.Case, directions, reason: str) -> None:
+        """Record a row that is not run at all (e.g. past the suite's time limit)."""
+        self.progress.start_row(case.label)
+        for direction in directions:
+            self._skip(direction, case, reason)
+
     def _random_inputs(self, case: suite.Case, requires_grad: bool = False):
-        """x ~ U[0, 1) (as KernelBench draws), random affine weight and bias of the input's dtype."""
+        """x ~ U[0, 1) (as KernelBench draws) in the row's memory format, random affine weight and bias of the
+        input's dtype."""
         device, dtype = self.settings.device, case.dtype
         channels = case.shape[1]
-        x = torch.rand(case.shape, device=device, dtype=dtype)
+        x = torch.rand(case.shape, device=device, dtype=dtype).contiguous(memory_format=case.torch_memory_format)
         weight = (torch.rand(channels, device=device) + 0.5).to(dtype)
         bias = torch.randn(channels, device=device).to(dtype)
         for t in (x, weight, bias):
@@ -145,15 +165,22 @@ class SuiteRunner:
             return
         x, weight, bias = self._random_inputs(case)
         providers = prov.forward_providers(x, weight, bias, case.groups, EPS, self.on_cuda and
-                                           self.settings.with_compile)
-        records = self._new_records("forward", case, [p.name for p in providers] + ["copy"], 2 * case.tensor_bytes)
+                                           self.settings.with_compile, case.activation)
+        records = self._new_records("forward", case, [p.name for p in providers] + ["liger", "copy"],
+                                    2 * case.tensor_bytes)
+        liger_fn = self._liger_fn(case, records)
+        if liger_fn is not None:
+            providers.append(prov.liger_forward_provider(liger_fn, x, weight, bias))
+            records["liger"].note = liger_provider.layout_note(x)
         ours_out = None
         for provider in providers:  # correctness first; for torch.compile this is also its compilation
             record = records[provider.name]
             self.progress.step(f"checking {provider.name}" + (" (compiling)" if provider.name == "compile" else ""))
             try:
+                _poison_next_output(x)
                 out = provider.fn()
-                agreement = correctness.check_against_float64(out, x, case.groups, weight, bias, EPS)
+                agreement = correctness.check_against_float64(out, x, case.groups, weight, bias, EPS,
+                                                              case.activation)
                 record.max_abs_err = agreement.max_abs_err
                 ok = agreement.ok
                 if not ok:
@@ -186,36 +213,44 @@ class SuiteRunner:
         self._finish(records)
 
     # ---- training rows ------------------------------------------------------------------------------
-    def training_row(self, case: suite.Case) -> None:
-        self.progress.start_row(f"fwd+bwd {case.label}")
+    def training_row(self, case: suite.Case, directions=("fwd+bwd", "bwd")) -> None:
+        """Forward + backward ("fwd+bwd") and/or the backward alone ("bwd") of one row."""
+        self.progress.start_row(f"{'/'.join(directions)} {case.label}")
         fits, reason = self._fits(TRAINING_TENSORS * case.tensor_bytes + ROW_HEADROOM_BYTES)
         if not fits:
-            self._skip("fwd+bwd", case, reason)
+            for direction in directions:
+                self._skip(direction, case, reason)
             return
         x, weight, bias = self._random_inputs(case, requires_grad=True)
-        dy = torch.randn_like(x, requires_grad=False)
-        with prov.retained_graph_compile_config():  # one compiled function for both sections
+        dy = torch.randn_like(x, requires_grad=False)  # same memory format as x
+        with prov.retained_graph_compile_config():  # one compiled function for both directions
             with_compile = self.on_cuda and self.settings.with_compile
             compiled = prov.compiled_group_norm(case.groups, EPS) if with_compile else None
-            for section, backward_only in (("fwd+bwd", False), ("bwd", True)):
-                if backward_only:
+            for direction in directions:
+                if direction == "bwd":
                     self.progress.step("backward alone")
-                self._training_section(section, backward_only, case, x, weight, bias, dy, compiled)
+                self._training_section(direction, direction == "bwd", case, x, weight, bias, dy, compiled)
 
-    def _training_section(self, section: str, backward_only: bool, case: suite.Case, x, weight, bias, dy,
+    def _training_section(self, direction: str, backward_only: bool, case: suite.Case, x, weight, bias, dy,
                           compiled) -> None:
+        traffic = prov.training_floor_bytes(x, backward_only)
+        records = self._new_records(direction, case, ["ours", "eager"] + (["compile"] if compiled else [])
+                                    + ["liger", "copy"], traffic)
+        liger_fn = self._liger_fn(case, records)
+        if liger_fn is not None:
+            records["liger"].note = liger_provider.layout_note(x)
         try:
-            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, compiled, backward_only)
+            providers = prov.training_providers(x, weight, bias, dy, case.groups, EPS, compiled, backward_only,
+                                                liger_fn)
         except Exception as error:  # noqa: BLE001
-            self._skip(section, case, f"failed to set up: {_short(error)}")
+            self._skip(direction, case, f"failed to set up: {_short(error)}")
             self.progress.message(traceback.format_exc())
             return
-        traffic = prov.training_floor_bytes(x, backward_only)
-        records = self._new_records(section, case, [p.name for p in providers] + ["copy"], traffic)
         for provider in providers:
             record = records[provider.name]
             self.progress.step(f"checking {provider.name} gradients")
             try:
+                _poison_next_output(x)
                 grads = provider.fn()[-3:]
                 ok, dx_err, problem = correctness.check_gradients_against_float64(
                     grads, x, weight, bias, dy, case.groups, EPS)
@@ -260,8 +295,8 @@ class SuiteRunner:
             self._problem_row(module, label, info.summary, model_kwargs)
         except Exception as error:  # noqa: BLE001
             self.progress.message(traceback.format_exc())
-            record = Record(section="problem", row=label, shape="", groups=0, dtype="fp32", provider="ours",
-                            note=f"failed: {_short(error)}")
+            record = Record(section="problem", direction="forward", row=label, shape="", groups=0, dtype="fp32",
+                            provider="ours", note=f"failed: {_short(error)}")
             self.records.append(record)
 
     def _problem_row(self, module, label: str, about: str = "", model_kwargs: dict | None = None) -> None:
@@ -277,8 +312,9 @@ class SuiteRunner:
         inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
         x = next(t for t in inputs if isinstance(t, torch.Tensor))
         groups = next((getattr(module, n) for n in ("num_groups", "groups") if hasattr(module, n)), 0)
-        records = {name: Record(section="problem", row=label, shape="x".join(map(str, x.shape)), groups=groups,
-                                dtype="fp32", provider=name, about=about)
+        records = {name: Record(section="problem", direction="forward", row=label, shape="x".join(map(str, x.shape)),
+                                groups=groups, dtype="fp32", memory_format="contiguous", provider=name,
+                                liger="n/a: a whole KernelBench model", about=about)
                    for name in ("ours", "eager", "compile")}
         with torch.no_grad():
             self.progress.step("checking ModelNew against Model and a float64 Model")
@@ -308,6 +344,15 @@ class SuiteRunner:
             # KernelBench flushes L2 before every call of a problem, whatever its size: do the same.
             self._time_all(records, runnable, working_set_bytes=0, always_flush=True)
         self._finish(records)
+
+
+def _poison_next_output(like: torch.Tensor) -> None:
+    """Fill a block of the output's size with NaN and free it, just before a provider's checked call: the caching
+    allocator hands that block to the next allocation of the same size, so a provider that leaves (part of) its
+    output unwritten shows NaN there instead of a previous provider's correct values."""
+    block = torch.empty_like(like, requires_grad=False)
+    block.fill_(math.nan)
+    del block
 
 
 def _short(error: BaseException) -> str:

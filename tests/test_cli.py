@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from groupnorm_inline.jit import manifest
 from groupnorm_inline.problems import PROBLEMS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -101,12 +102,17 @@ def test_show_config_sees_a_finished_build(tmp_path):
     # What a finished build leaves behind (see groupnorm_inline.jit.build).
     build_dir = Path(core["build_dir"])
     build_dir.mkdir(parents=True)
-    (build_dir / "libgn.so").write_bytes(b"")
-    (build_dir / "build_info.json").write_text(json.dumps(
-        {"key": core["key"], "library": "libgn.so", "built_at": "2026-01-01T00:00:00", "seconds": 1.5}))
+    (build_dir / "libgn.so").write_bytes(b"\x7fELF" + bytes(range(256)) * 4)
+    manifest.write(build_dir, core["key"], build_dir / "libgn.so", seconds=1.5)
     core = next(e for e in json.loads(run_cli("show-config", "--json", cache_dir=tmp_path).stdout)["extensions"]
                 if e["name"] == "groupnorm_inline_C")
-    assert core["built"] is True and core["seconds"] == 1.5
+    assert core["built"] is True and core["seconds"] == 1.5, core
+    # A truncated library is reported as the loader sees it: not loadable, and why.
+    with open(build_dir / "libgn.so", "r+b") as f:
+        f.truncate(100)
+    core = next(e for e in json.loads(run_cli("show-config", "--json", cache_dir=tmp_path).stdout)["extensions"]
+                if e["name"] == "groupnorm_inline_C")
+    assert core["built"] is False and "truncated" in core["reason"], core
     (build_dir / "build_info.json").write_text(json.dumps({"key": "another", "library": "libgn.so"}))
     core = next(e for e in json.loads(run_cli("show-config", "--json", cache_dir=tmp_path).stdout)["extensions"]
                 if e["name"] == "groupnorm_inline_C")

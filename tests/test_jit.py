@@ -1,17 +1,20 @@
 """The JIT layer (groupnorm_inline.jit): cache keys and folders, build logging, cross-process locking, recovery
-from killed builds, build failures, and what the package's own build contains.
+from killed builds and from damaged libraries (the manifest's size and sha256), build failures, and what the
+package's own build contains.
 
 Builds use tiny test-only extensions (tests/jit_worker.py: one TORCH_LIBRARY operator under a namespace unique
-to the test) in temporary cache folders; each build compiles one C++ file (~30 s of one core), four in all.
+to the test) in temporary cache folders; each build compiles one C++ file (~30 s of one core), nine in all.
 Second processes run tests/jit_worker.py, which imports the package from the test run's own cache first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +27,7 @@ import torch
 
 import groupnorm_inline
 from groupnorm_inline import extension
-from groupnorm_inline.jit import ExtensionBuildError, env, load, plan
+from groupnorm_inline.jit import ExtensionBuildError, env, load, manifest, plan
 from jit_worker import MARKER, tiny_spec
 
 WORKER = Path(__file__).with_name("jit_worker.py")
@@ -82,6 +85,7 @@ def after_marker(stderr: str) -> str:
 
 BUILDING = re.compile(r"\[groupnorm_inline\] building test extension (\w+): C\+\+ \(CPU only\) into (\S+); ")
 BUILT = re.compile(r"\[groupnorm_inline\] built test extension (\w+) in \d+\.\d s")
+REBUILDING = re.compile(r"\[groupnorm_inline\] rebuilding test extension (\w+): (.+)")
 
 
 # ----------------------------------------------------------------------------------------------- cache keys
@@ -252,8 +256,11 @@ def test_build_killed_halfway_does_not_block_the_next(tmp_path):
 
     err = finish_worker(start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR"), "build after a killed build")
     assert "waiting for" not in err, err
-    assert sum(bool(BUILT.fullmatch(line)) for line in jit_lines(err, namespace)) == 1
-    assert (build_dir / "build_info.json").is_file()
+    lines = jit_lines(err, namespace)
+    assert sum(bool(BUILT.fullmatch(line)) for line in lines) == 1
+    rebuilding = [m.group(2) for m in map(REBUILDING.fullmatch, lines) if m]
+    assert rebuilding == ["a previous build in this folder did not finish"], lines
+    assert manifest.verify(build_dir, plan_under(tiny_spec(namespace), tmp_path, "TORCH_EXTENSIONS_DIR").key).library
 
 
 def test_failed_build_raises_with_the_compiler_error(monkeypatch, tmp_path):
@@ -268,6 +275,133 @@ def test_failed_build_raises_with_the_compiler_error(monkeypatch, tmp_path):
     assert f"{namespace}_syntax_error" in message, message                # ... quoting the broken line
     assert isinstance(raised.value, RuntimeError)
     assert not (plan(spec).directory / "build_info.json").exists()
+
+
+# ----------------------------------------------------------------------------- damaged libraries and manifests
+
+def fake_build(directory: Path, key: str, size: int = 4096) -> Path:
+    """A build folder as a finished build leaves it, with a stand-in library (never loaded)."""
+    directory.mkdir(parents=True)
+    library = directory / "libfake.so"
+    library.write_bytes(bytes((i * 7 + 3) % 256 for i in range(size)))
+    manifest.write(directory, key, library, with_cuda=False)
+    return library
+
+
+def test_manifest_records_size_and_sha256_atomically(tmp_path):
+    library = fake_build(tmp_path / "b", "k" * 64)
+    info = json.loads((tmp_path / "b" / "build_info.json").read_text())
+    assert info["size"] == 4096 and info["library"] == "libfake.so" and info["key"] == "k" * 64
+    assert info["sha256"] == hashlib.sha256(library.read_bytes()).hexdigest()
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["build_info.json", "libfake.so"]  # no temp file
+    verdict = manifest.verify(tmp_path / "b", "k" * 64)
+    assert verdict.library == library and verdict.problem is None
+    assert manifest.verify(tmp_path / "absent", "k" * 64) == manifest.Verdict(None, None)  # nothing built: no reason
+
+
+def _truncate(lib: Path, manifest_file: Path):
+    with open(lib, "r+b") as f:
+        f.truncate(lib.stat().st_size // 3)
+
+
+def _flip_a_byte(lib: Path, manifest_file: Path):
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+
+
+def _delete_manifest(lib: Path, manifest_file: Path):
+    manifest_file.unlink()
+
+
+def _garble_manifest(lib: Path, manifest_file: Path):
+    manifest_file.write_text(manifest_file.read_text()[:40])
+
+
+def _old_manifest(lib: Path, manifest_file: Path):
+    info = json.loads(manifest_file.read_text())
+    del info["size"], info["sha256"]
+    manifest_file.write_text(json.dumps(info))
+
+
+def _delete_library(lib: Path, manifest_file: Path):
+    lib.unlink()
+
+
+DAMAGE = {  # what is done to a finished build -> the reason the loader gives for rebuilding it
+    "truncated library": (_truncate, r"its library \S+\.so is \d+ bytes, the manifest says \d+ \(truncated since it was built\)"),
+    "one byte changed": (_flip_a_byte, r"its library \S+\.so has sha256 [0-9a-f]{12}\.\.\., the manifest says [0-9a-f]{12}\.\.\. \(damaged since it was built\)"),
+    "manifest deleted": (_delete_manifest, r"its manifest build_info\.json is missing \(library \S+\.so cannot be checked\)"),
+    "manifest garbled": (_garble_manifest, r"its manifest build_info\.json is corrupt \(.+\)"),
+    "manifest without checksum": (_old_manifest, r"its manifest build_info\.json records no size and sha256 \(written by an older version\)"),
+    "library deleted": (_delete_library, r"its library \S+\.so is missing"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_manifest_verify_names_the_damage(tmp_path, damage):
+    key = "k" * 64
+    library = fake_build(tmp_path / "b", key)
+    DAMAGE[damage][0](library, tmp_path / "b" / "build_info.json")
+    verdict = manifest.verify(tmp_path / "b", key)
+    assert verdict.library is None, damage
+    assert re.fullmatch(DAMAGE[damage][1], verdict.problem), verdict.problem
+
+
+def test_manifest_of_another_build_is_not_trusted(tmp_path):
+    fake_build(tmp_path / "b", "k" * 64)
+    verdict = manifest.verify(tmp_path / "b", "j" * 64)
+    assert verdict.library is None and "belongs to another build" in verdict.problem
+
+
+@pytest.fixture(scope="module")
+def finished_build(tmp_path_factory):
+    """(namespace, cache root) of one finished tiny build, made by a second process; tests copy it."""
+    namespace, root = unique_namespace(), tmp_path_factory.mktemp("finished_build")
+    finish_worker(start_worker(namespace, root), "first build")
+    return namespace, root
+
+
+def damaged_copy(finished_build, tmp_path, damage: str) -> Path:
+    """A copy of the finished build's cache root under tmp_path, damaged as DAMAGE[damage] says; its build dir."""
+    namespace, root = finished_build
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    build_dir = plan_under(tiny_spec(namespace), tmp_path).directory
+    info = json.loads((build_dir / "build_info.json").read_text())
+    DAMAGE[damage][0](build_dir / info["library"], build_dir / "build_info.json")
+    return build_dir
+
+
+@pytest.mark.parametrize("damage", ["truncated library", "one byte changed", "manifest deleted"])
+def test_damaged_build_is_rebuilt_with_the_reason(finished_build, tmp_path, damage):
+    """The next process (a fresh import: loading a truncated library would kill it with SIGBUS) says why on
+    one stderr line, builds again in a cleaned folder, records the new library and runs it."""
+    namespace = finished_build[0]
+    build_dir = damaged_copy(finished_build, tmp_path, damage)
+    err = finish_worker(start_worker(namespace, tmp_path), f"load after: {damage}")
+    lines = jit_lines(after_marker(err), namespace)
+    assert len(lines) == 3, lines
+    rebuilding = REBUILDING.fullmatch(lines[0])
+    assert rebuilding and re.fullmatch(DAMAGE[damage][1], rebuilding.group(2)), lines
+    assert BUILDING.match(lines[1]) and BUILT.fullmatch(lines[2]), lines
+    verdict = manifest.verify(build_dir, plan_under(tiny_spec(namespace), tmp_path).key)
+    assert verdict.library is not None, verdict.problem
+    # The repaired build is a plain cache hit for the process after.
+    err = finish_worker(start_worker(namespace, tmp_path), "load after the rebuild")
+    assert after_marker(err) == "", f"a cache hit printed:\n{after_marker(err)}"
+
+
+def test_two_processes_find_a_damaged_build_and_rebuild_it_once(finished_build, tmp_path):
+    """Both see the truncated library; one takes the build lock and rebuilds, the other waits, looks again
+    under the lock, finds the repaired build and loads it."""
+    namespace = finished_build[0]
+    damaged_copy(finished_build, tmp_path, "truncated library")
+    workers = [start_worker(namespace, tmp_path) for _ in range(2)]
+    errs = [finish_worker(w, f"process {i}") for i, w in enumerate(workers)]
+    lines = [line for err in errs for line in jit_lines(after_marker(err), namespace)]
+    assert sum(bool(REBUILDING.fullmatch(line)) for line in lines) == 1, lines
+    assert sum(bool(BUILDING.match(line)) for line in lines) == 1, lines
+    assert sum(bool(BUILT.fullmatch(line)) for line in lines) == 1, lines
 
 
 # ---------------------------------------------------------------------------------- the package's own build

@@ -1,7 +1,8 @@
 """`show-config`: what a build would use on this machine and whether it already exists. Builds nothing.
 
 Each extension's build folder comes from `groupnorm_inline.jit.plan` (the same function the loader
-uses) and its state from the `build_info.json` a finished build leaves there.
+uses) and its state from the manifest (`build_info.json`) a finished build leaves there, checked as the loader
+checks it.
 """
 
 from __future__ import annotations
@@ -27,18 +28,16 @@ def _extension_specs():
 
 
 def build_state(directory: Path, key: str) -> dict:
-    """What `build_info.json` in `directory` says, checked against the plan's key and the library file."""
-    try:
-        info = json.loads((directory / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return {"built": False, "reason": "no finished build" if not directory.exists() else "build unfinished"}
-    library = directory / str(info.get("library", ""))
-    if info.get("key") != key:
-        return {"built": False, "reason": "build_info.json belongs to another build"}
-    if not library.is_file():
-        return {"built": False, "reason": f"library {library.name} missing"}
-    return {"built": True, "library": str(library), "built_at": info.get("built_at"), "seconds": info.get("seconds"),
-            "with_cuda": info.get("with_cuda")}
+    """Whether `directory` holds a loadable build of `key`: its manifest (`build_info.json`) checked the way the
+    loader checks it (key, library size and sha256); otherwise the reason the next import will build."""
+    from ..jit import manifest
+
+    verdict = manifest.verify(directory, key)
+    if verdict.library is None:
+        return {"built": False, "reason": verdict.problem or "no finished build"}
+    info = verdict.info or {}
+    return {"built": True, "library": str(verdict.library), "built_at": info.get("built_at"),
+            "seconds": info.get("seconds"), "with_cuda": info.get("with_cuda")}
 
 
 def _cache_root_source() -> str:
@@ -117,7 +116,9 @@ def _text(c: dict) -> str:
         if e["built"]:
             lines.append(f"  state: built {e['built_at']} in {e['seconds']} s ({Path(e['library']).name})")
         else:
-            lines.append(f"  state: not built ({e['reason']}); the first import builds it")
+            fresh = e["reason"] == "no finished build"
+            lines.append(f"  state: {'not built' if fresh else 'to be rebuilt'} ({e['reason']}); "
+                         f"the {'first' if fresh else 'next'} import builds it")
     if c["environment"]:
         lines.append("environment: " + ", ".join(f"{k}={v}" for k, v in c["environment"].items()))
     return "\n".join(lines)

@@ -32,18 +32,23 @@ adds one unrolled batch in the compute type first); ds is taken about the saved 
 cancel when |mean| >> std, and delta removes the saved mean's float32 rounding.
 """
 
+from .channels_last_common_cuda import CL_TILING_CUDA
 from .common_cuda import COMMON_CUDA_HEADER
+from .group_norm_backward_channels_last_cuda import CHANNELS_LAST_BACKWARD_CUDA
 from .group_norm_backward_cpu import GROUP_NORM_BACKWARD_CHECKS
 
 # Registers the CUDA kernel under GN_NAMESPACE (see group_norm_cpu.with_namespace). The shared checks start with
 # the message header (gn_inline_msg), which the host code below uses too.
-GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_BACKWARD_CHECKS + r"""
+GROUP_NORM_BACKWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + CL_TILING_CUDA + GROUP_NORM_BACKWARD_CHECKS + r"""
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 #include <algorithm>
 #include <type_traits>
 #include <array>
+#include <cstdlib>
+#include <string>
+#include <cooperative_groups.h>
 
 namespace gn_inline_backward {
 
@@ -57,6 +62,7 @@ template <> struct Acc<double> { using type = double; };
 constexpr int kThreads = 256;       // CTA size of every kernel here
 constexpr int kUnroll = 4;          // vectors per tensor in flight per thread (row path)
 constexpr int64_t kRowPathMinHW = 1024;
+constexpr int kResidentThreads = 512;  // largest CTA of the resident path
 
 constexpr int kSums = 3;            // per-row sums: ds, db, dm
 constexpr int kCoefs = 3;           // per-slice coefficients: coef_x, coef_1, delta
@@ -444,6 +450,181 @@ __global__ void __launch_bounds__(kThreads) short_grad_input(
   }
 }
 
+// ------------------------------------------------------------------------- resident path (Hopper clusters)
+
+// Steps 1, 2 and 4 in one launch for slices whose x and dy fit in a cluster's shared memory: x and dy are
+// read once from memory (the row path reads them twice; past L2's size the second read is DRAM traffic).
+// CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)); part and HW are multiples
+// of VEC, so no vector straddles two channels.
+//   1. stream the part into shared memory, summing per channel (ds, db in shared-memory accumulators, one
+//      warp-reduced add per channel and vector step) and over the part (dm);
+//   2. the slice's weighted sums S0 = sum_c w ds, B = sum_c w db and M = sum dm, exchanged across the
+//      cluster through distributed shared memory, give the coefficients (formulas of group_coefficients);
+//   4. dx from shared memory.
+// partial: (rows, cluster, kSums) laid out as the row path's with splits = cluster (rank r's share of each
+// row of the slice, zero where it holds none of it), for row_parameter_grads; coef: (N * G, kCoefs).
+template <typename T, int VEC, typename Epi>
+__global__ void __launch_bounds__(kResidentThreads) resident_backward(
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
+    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ b,
+    const typename Acc<T>::type* __restrict__ mean, const typename Acc<T>::type* __restrict__ rstd,
+    typename Acc<T>::type* __restrict__ partial, typename Acc<T>::type* __restrict__ coef, int64_t C, int64_t G,
+    int cpg, int HW, int D, int part, Epi epi) {
+  using A = typename Acc<T>::type;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  const int rank = 0, cluster_size = 1;  // never launched with clusters there (the host checks the arch)
+#else
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int cluster_size = static_cast<int>(cluster.num_blocks());
+#endif
+  extern __shared__ __align__(16) unsigned char resident_smem[];
+  T* xbuf = reinterpret_cast<T*>(resident_smem);  // part elements of x, then part of dy, then 2 * cpg sums
+  T* gbuf = xbuf + part;
+  A* chan = reinterpret_cast<A*>(gbuf + part);    // chan[c] = ds, chan[cpg + c] = db of local channel c
+  __shared__ double scratch[3 * 32];
+  __shared__ double cta_sums[3];
+  __shared__ double slice_sums[3];
+  const int64_t slice = blockIdx.x / cluster_size;
+  const int64_t n = slice / G;
+  const int64_t c0 = (slice % G) * cpg;
+  const T* xs = x + slice * D;
+  const T* gs = dy + slice * D;
+  const A mu = mean[slice];
+  const A sigma = rstd[slice];
+  const int begin = rank * part;
+  const int end = min(D, begin + part);
+  const int lane = threadIdx.x & 31;
+  for (int c = threadIdx.x; c < 2 * cpg; c += blockDim.x) chan[c] = A(0);
+  __syncthreads();
+
+  // 1. Every thread runs the same trips (warp-uniform shuffles); lanes past `end` add zeros.
+  const int stride = blockDim.x * VEC;
+  double dm = 0;
+  for (int jb = begin; jb < end; jb += kUnroll * stride) {
+    Vec<T, VEC> xv[kUnroll], gv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + u * stride + static_cast<int>(threadIdx.x) * VEC;
+      if (j < end) {
+        xv[u] = load_vec<T, VEC>(xs + j);
+        gv[u] = load_vec<T, VEC>(gs + j);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + u * stride + static_cast<int>(threadIdx.x) * VEC;
+      const bool active = j < end;
+      const int c = active ? j / HW : -1;
+      A ls = 0, lb = 0, lm = 0;
+      if (active) {
+        *reinterpret_cast<Vec<T, VEC>*>(xbuf + (j - begin)) = xv[u];
+        *reinterpret_cast<Vec<T, VEC>*>(gbuf + (j - begin)) = gv[u];
+        A za = A(1), zb = A(0);
+        if constexpr (!Epi::kIsIdentity) {
+          za = w ? sigma * w[c0 + c] : sigma;
+          zb = b ? b[c0 + c] : A(0);
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const A d = static_cast<A>(xv[u].v[k]) - mu;
+          const A g = grad_z(epi, static_cast<A>(gv[u].v[k]), d, za, zb);
+          ls += g * d;
+          lb += g;
+          lm += d;
+        }
+      }
+      dm += lm;
+      // Lane 0 holds the warp's lowest index, so it is active whenever any lane is.
+      const int cw = __shfl_sync(0xffffffffu, c, 0);
+      if (cw < 0) continue;  // the whole warp is past the end (warp-uniform)
+      if (__all_sync(0xffffffffu, c == cw || c < 0)) {
+        ls = gn_inline::warp_sum(ls);
+        lb = gn_inline::warp_sum(lb);
+        if (lane == 0) {
+          atomicAdd(chan + cw, ls);
+          atomicAdd(chan + cpg + cw, lb);
+        }
+      } else if (active) {  // the warp spans a channel boundary
+        atomicAdd(chan + c, ls);
+        atomicAdd(chan + cpg + c, lb);
+      }
+    }
+  }
+  double s0 = 0, bb = 0;
+  __syncthreads();  // every channel sum is in
+  for (int c = threadIdx.x; c < cpg; c += blockDim.x) {
+    const double wc = w ? static_cast<double>(w[c0 + c]) : 1.0;
+    s0 += wc * static_cast<double>(chan[c]);
+    bb += wc * static_cast<double>(chan[cpg + c]);
+    A* p = partial + ((n * C + c0 + c) * cluster_size + rank) * kSums;  // (rows, cluster, kSums)
+    p[0] = chan[c];
+    p[1] = chan[cpg + c];
+    p[2] = A(0);  // dm per row: not read by row_parameter_grads
+  }
+  block_sum3(s0, bb, dm, scratch);
+
+  // 2. the slice's sums across the cluster, then its coefficients
+  if (threadIdx.x == 0) { cta_sums[0] = s0; cta_sums[1] = bb; cta_sums[2] = dm; }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __syncthreads();
+  if (threadIdx.x == 0) { slice_sums[0] = cta_sums[0]; slice_sums[1] = cta_sums[1]; slice_sums[2] = cta_sums[2]; }
+  __syncthreads();
+#else
+  cluster.sync();
+  if (threadIdx.x < 32) {
+    double r0 = 0, r1 = 0, r2 = 0;
+    if (static_cast<int>(threadIdx.x) < cluster_size) {
+      const double* remote = cluster.map_shared_rank(cta_sums, static_cast<int>(threadIdx.x));
+      r0 = remote[0];
+      r1 = remote[1];
+      r2 = remote[2];
+    }
+    r0 = gn_inline::warp_sum(r0);
+    r1 = gn_inline::warp_sum(r1);
+    r2 = gn_inline::warp_sum(r2);
+    if (threadIdx.x == 0) { slice_sums[0] = r0; slice_sums[1] = r1; slice_sums[2] = r2; }
+  }
+  __syncthreads();
+  cluster.barrier_arrive();  // done reading remote shared memory; wait before exiting
+#endif
+  const double Dd = static_cast<double>(D);
+  const double sig = static_cast<double>(sigma);
+  const double delta = slice_sums[2] / Dd;
+  const double S = slice_sums[0] - delta * slice_sums[1];
+  const double cx = -sig * sig * sig * S / Dd;
+  const double c1 = -sig * slice_sums[1] / Dd - cx * delta;
+  if (rank == 0 && threadIdx.x == 0) {
+    coef[kCoefs * slice] = static_cast<A>(cx);
+    coef[kCoefs * slice + 1] = static_cast<A>(c1);
+    coef[kCoefs * slice + 2] = static_cast<A>(delta);
+  }
+
+  // 4. dx = a * dz + coef_x * (x - m) + coef_1, a = rstd * w[c], from shared memory
+  if (dx != nullptr) {
+    const A coef_x = static_cast<A>(cx), coef_1 = static_cast<A>(c1);
+    T* dxs = dx + slice * D;
+    for (int j = begin + static_cast<int>(threadIdx.x) * VEC; j < end; j += stride) {
+      const int c = j / HW;
+      const A a = w ? sigma * w[c0 + c] : sigma;
+      const A zb = (!Epi::kIsIdentity && b) ? b[c0 + c] : A(0);
+      const Vec<T, VEC> xv = *reinterpret_cast<const Vec<T, VEC>*>(xbuf + (j - begin));
+      const Vec<T, VEC> gv = *reinterpret_cast<const Vec<T, VEC>*>(gbuf + (j - begin));
+      Vec<T, VEC> out;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = static_cast<A>(xv.v[e]) - mu;
+        out.v[e] = static_cast<T>(a * grad_z(epi, static_cast<A>(gv.v[e]), d, a, zb) + coef_x * d + coef_1);
+      }
+      store_vec_streaming<T, VEC>(dxs + j, out);
+    }
+  }
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+  cluster.barrier_wait();
+#endif
+}
+
 // ------------------------------------------------------------------------------------------ host
 
 // Multiprocessor count of a device, asked once per device (not through ATen/cuda/CUDAContext.h, whose
@@ -594,6 +775,83 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
   else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, p, stream);
 }
 
+// Resident path: when the slice's x and dy fit in the shared memory of a cluster (Hopper), steps 1, 2 and
+// 4 in one launch (x and dy read once), then step 3 from its per-(row, rank) sums. Returns false (nothing
+// launched) when it cannot take the problem; the row path then does.
+constexpr int64_t kResidentBwdTargetBytes = 96 * 1024;  // per CTA: two CTAs of 512 threads fit an SM
+constexpr int64_t kResidentBwdMaxBytes = 200 * 1024;
+constexpr int kResidentBwdMaxCluster = 8;
+constexpr int kResidentBwdMaxCpg = 2048;                // channel accumulators: 16 KB of floats at most
+
+// GROUPNORM_INLINE_BACKWARD_PATH=row turns the resident path off (benchmarks compare the two paths); read
+// once per process.
+inline bool resident_path_disabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("GROUPNORM_INLINE_BACKWARD_PATH");
+    return v != nullptr && std::string(v) == "row";
+  }();
+  return disabled;
+}
+
+template <typename T, typename Epi>
+bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptions& acc_opts, int device,
+                       cudaStream_t stream) {
+  using A = typename Acc<T>::type;
+  constexpr int V = gn_inline::vec16<T>();
+  const gn_inline::DeviceInfo& dev = gn_inline::device_info(device);
+  const int64_t D = pr.cpg * pr.HW;
+  if (dev.major < 9 || !aligned || pr.HW % V != 0 || pr.cpg > kResidentBwdMaxCpg || D > 0x3fffffff) return false;
+  const int64_t chan_bytes = 2 * pr.cpg * static_cast<int64_t>(sizeof(A));
+  const int64_t slice_bytes = 2 * D * static_cast<int64_t>(sizeof(T));
+  // Clusters of up to 8 CTAs of <= 96 KB: two CTAs per SM, so one CTA's loads overlap another's stores (with
+  // 16 CTAs of 128 KB, one per SM, the H100 measured 13% slower than the row path). Few slices are split
+  // further, down to 16 KB per CTA, until there are two CTAs per SM: a part then costs one round of loads
+  // (64 slices of 160 KB in clusters of 2 measured 43% slower than the row path).
+  const int64_t slices = pr.N * pr.G;
+  int cluster = 1;
+  while (cluster < kResidentBwdMaxCluster &&
+         (gn_inline::ceil_div(slice_bytes, cluster) + chan_bytes > kResidentBwdTargetBytes ||
+          (slices * cluster < 2 * dev.sms && gn_inline::ceil_div(slice_bytes, cluster) > 16 * 1024)))
+    cluster *= 2;
+  if (gn_inline::ceil_div(slice_bytes, cluster) + chan_bytes > kResidentBwdTargetBytes) return false;
+  const int64_t part = gn_inline::ceil_div(gn_inline::ceil_div(D, cluster), V) * V;
+  const int64_t smem = 2 * part * static_cast<int64_t>(sizeof(T)) + chan_bytes;
+  if (smem > std::min<int64_t>(kResidentBwdMaxBytes, dev.max_smem_optin - 2048)) return false;
+  if (slices * cluster > 0x7fffffff) return false;
+  int threads = 64;  // enough for kUnroll vectors of each tensor in flight per thread; 64..512
+  while (threads < kResidentThreads && static_cast<int64_t>(threads) * V * kUnroll < part) threads *= 2;
+  auto kernel = resident_backward<T, V, Epi>;
+  if (gn_inline::max_active_clusters(reinterpret_cast<const void*>(kernel), device, cluster, threads,
+                                     static_cast<size_t>(smem)) < 1)
+    return false;
+  const int64_t rows = pr.N * pr.C;
+  at::Tensor partial = at::empty({rows * cluster * kSums}, acc_opts);  // (rows, cluster, kSums)
+  at::Tensor coef = at::empty({slices * kCoefs}, acc_opts);            // (N * G, kCoefs)
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(slices * cluster));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  config.attrs = attr;
+  config.numAttrs = 0;
+  if (cluster > 1) {
+    attr[0] = gn_inline::cluster_dim_attribute(cluster);
+    config.numAttrs = 1;
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, pr.x, pr.dy, pr.dx, pr.w, pr.b, pr.mean, pr.rstd,
+                                    partial.data_ptr<A>(), coef.data_ptr<A>(), pr.C, pr.G,
+                                    static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(D),
+                                    static_cast<int>(part), backward_epilogue<Epi>(pr.act)));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (pr.dw || pr.db) {
+    row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
+        partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, cluster);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return true;
+}
+
 template <typename T, typename I, typename Epi>
 void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaStream_t stream) {
   using A = typename Acc<T>::type;
@@ -632,7 +890,8 @@ void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t 
   if (pr.HW >= kRowPathMinHW) {
     const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
-    run_row_path<T, Epi>(pr, aligned, sms, acc_opts, stream);
+    if (resident_path_disabled() || !try_resident_path<T, Epi>(pr, aligned, acc_opts, x.get_device(), stream))
+      run_row_path<T, Epi>(pr, aligned, sms, acc_opts, stream);
   } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
     run_short_path<T, int32_t, Epi>(pr, sms, acc_opts, stream);
   } else {
@@ -667,6 +926,7 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
   else run_backward_typed<T, gn_act::Runtime>(pr, x, stream);
 }
 
+""" + CHANNELS_LAST_BACKWARD_CUDA + r"""
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
     const std::optional<at::Tensor>& weight, int64_t num_groups, std::array<bool, 3> output_mask,
@@ -683,8 +943,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   BackwardOutputs out = allocate_backward_outputs(input, weight, output_mask);
   at::Tensor &dx = out.dx, &dw = out.dw, &dbias = out.db;
   if (out.complete) return {dx, dw, dbias};
-  const at::Tensor x = input.contiguous();
-  const at::Tensor dy = grad_out.contiguous();
+  // A channels-last input is read in place, grad_out in the same layout (copied into it if it has another), and
+  // grad_input is written in that layout; anything else goes through the NCHW kernels.
+  const bool channels_last = channels_last_input(input);
+  const at::Tensor x = channels_last ? input : input.contiguous();
+  const at::Tensor dy = channels_last ? grad_out.contiguous(channels_last_format(input)) : grad_out.contiguous();
   const at::Tensor m = mean.contiguous();
   const at::Tensor r = rstd.contiguous();
   const bool affine = weight.has_value() && weight->defined();
@@ -695,14 +958,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   // dw / db are accumulated in the compute type and converted after when the weight has another dtype.
   at::Tensor dw_acc = output_mask[1] ? (pdt == acc ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor db_acc = output_mask[2] ? (pdt == acc ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
-  // A channels-last input's grad_input is formed in NCHW order, then written back in the input's layout.
-  const bool via_nchw = output_mask[0] && !dx.is_contiguous();
-  at::Tensor dx_out = output_mask[0] ? (via_nchw ? at::empty(input.sizes(), input.options()) : dx) : at::Tensor();
+  at::Tensor dx_out = output_mask[0] ? dx : at::Tensor();  // in the input's layout (allocate_backward_outputs)
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
-    run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
+    if (channels_last) run_backward_channels_last<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
+    else run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
   });
-  if (via_nchw) dx.copy_(dx_out);
   if (output_mask[1] && pdt != acc) dw.copy_(dw_acc);
   if (output_mask[2] && pdt != acc) dbias.copy_(db_acc);
   return {dx, dw, dbias};

@@ -1,23 +1,355 @@
-"""CUDA source: the GroupNorm forward of a channels-last input (NHWC, NDHWC), output in the same layout.
+"""CUDA source: the GroupNorm forward of a channels-last input (NHWC, NDHWC), read in place, output in its layout.
 
-Spliced into the forward's translation unit (group_norm_cuda.py) after the NCHW plans, whose helpers it may
-use. This first version normalises through an NCHW copy of the input; it exists so the operator takes and
-returns channels-last tensors while native kernels are written.
+Spliced into the forward's translation unit (group_norm_cuda.py) after the NCHW plans, whose helpers it uses
+(ParamRef, SliceNorm, norm_from_sums, write_stats, device_info, make_epilogue). The tensor is (N, HW, C) with
+C fastest; tiles and the thread-to-channel mapping are those of channels_last_common_cuda.py. Three launches:
+
+  1 cl_stats     each CTA sums its tile: per thread, per channel of its vector, shifted sums of (x - K) and
+                 (x - K)^2, K the first element of the channel's (n, g) group (as the NCHW kernels: no
+                 cancellation when |mean| >> std); unrolled batches added in the compute type, folded into
+                 double; then the CTA adds its rows per channel and its channels per group, writing one
+                 (sum, sum of squares) pair per group it touches: partial (ctas, slots, 2) doubles.
+                 Deterministic: fixed order everywhere, no atomics.
+  2 cl_finalize  one warp per (n, g): adds the group's partials over its tiles -> mean, rstd (N, G) in the
+                 compute type and (K, mean - K, rstd) for step 3.
+  3 cl_apply     y = act((x - K) * a[c] + (b[c] - (mean - K) * a[c])), a[c] = rstd * w[c]: three constants per
+                 channel held in registers, so the loop is one subtraction and one FMA per element (plus the
+                 epilogue). Step 1's grid is one wave, every tile streamed at once, so L2 ends up holding the
+                 last rows of every tile (all of x when it fits L2): each thread walks its rows from the last,
+                 and the second read of x hits L2 where it can. Streaming stores keep y from evicting x.
+
+Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
+Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.
+Indices are 64-bit (offsets of row * C), so tensors over 2^31 elements need no other path.
 """
 
 CHANNELS_LAST_FORWARD_CUDA = r"""
-// input, y: (N, C, *) channels-last contiguous; params: (C,) affine or none; mean, rstd: (N, G).
+namespace cl_forward {
+
+using gn_cl::Tiling;
+using gn_cl::Tile;
+using gn_cl::kUnroll;
+
+// Channels [lo, hi) of group g inside the channel tile [tile_c0, tile_c1), relative to tile_c0.
+__device__ __forceinline__ int64_t group_lo(int64_t g, int64_t cpg, int64_t tile_c0) {
+  return (g * cpg > tile_c0 ? g * cpg : tile_c0) - tile_c0;
+}
+__device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile_c0, int64_t tile_c1) {
+  return ((g + 1) * cpg < tile_c1 ? (g + 1) * cpg : tile_c1) - tile_c0;
+}
+
+// Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
+// tile. Dynamic shared memory: blockDim.x * VEC * 2 doubles.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_stats(const T* __restrict__ x, double* __restrict__ partial,
+                                                             Tiling t, int64_t cpg, int slots) {
+  using C = typename Compute<T>::type;
+  extern __shared__ __align__(16) unsigned char cl_stats_smem[];
+  double* red = reinterpret_cast<double*>(cl_stats_smem);  // (rows, cw, 2)
+  const Tile p = gn_cl::tile_of(t, blockIdx.x);
+  const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
+  const int64_t tile_c0 = p.c_tile * t.cw;
+  const int64_t tile_c1 = tile_c0 + t.cw < t.C ? tile_c0 + t.cw : t.C;
+  const int64_t c = tile_c0 + static_cast<int64_t>(col) * VEC;  // this thread's first channel
+  const bool active = c < tile_c1 && r0 < t.rows;
+  const T* xn = x + p.n * t.HW * t.C;
+  double s[VEC], ss[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) s[k] = ss[k] = 0.0;
+  if (active) {
+    C K[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) K[k] = static_cast<C>(xn[(c + k) / cpg * cpg]);  // row 0 of the group
+    const int64_t step = static_cast<int64_t>(t.rows) * t.C;
+    int64_t r = p.row0 + r0;
+    const T* ptr = xn + r * t.C + c;
+    for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, ptr += kUnroll * step) {
+      Vec<T, VEC> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        C ls = 0, lss = 0;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const C d = static_cast<C>(v[u].v[k]) - K[k];
+          ls += d;
+          lss += d * d;
+        }
+        s[k] += ls;
+        ss[k] += lss;
+      }
+    }
+    for (; r < p.row1; r += t.rows, ptr += step) {
+      const Vec<T, VEC> v = load_vec<T, VEC>(ptr);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const C d = static_cast<C>(v.v[k]) - K[k];
+        s[k] += d;
+        ss[k] += d * d;
+      }
+    }
+  }
+  // Rows of the CTA per channel: red[r0][j] for channel tile_c0 + j.
+  const int64_t cw = t.cw;
+  if (r0 < t.rows) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      double* cell = red + 2 * (static_cast<int64_t>(r0) * cw + static_cast<int64_t>(col) * VEC + k);
+      cell[0] = s[k];
+      cell[1] = ss[k];
+    }
+  }
+  __syncthreads();
+  const int64_t width = tile_c1 - tile_c0;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    double a = red[2 * j], b = red[2 * j + 1];
+    for (int rr = 1; rr < t.rows; ++rr) {
+      a += red[2 * (rr * cw + j)];
+      b += red[2 * (rr * cw + j) + 1];
+    }
+    red[2 * j] = a;
+    red[2 * j + 1] = b;
+  }
+  __syncthreads();
+  // Channels of the CTA per group: slot q is group g0 + q, channels [max(tile_c0, g cpg), min(tile_c1, (g+1) cpg)).
+  const int64_t g0 = tile_c0 / cpg;
+  const int here = static_cast<int>((tile_c1 - 1) / cpg - g0 + 1);
+  double* out = partial + static_cast<int64_t>(blockIdx.x) * slots * 2;
+  if (cpg <= 32) {  // narrow groups: a thread per slot
+    for (int q = threadIdx.x; q < here; q += blockDim.x) {
+      const int64_t lo = group_lo(g0 + q, cpg, tile_c0);
+      const int64_t hi = group_hi(g0 + q, cpg, tile_c0, tile_c1);
+      double a = 0, b = 0;
+      for (int64_t j = lo; j < hi; ++j) {
+        a += red[2 * j];
+        b += red[2 * j + 1];
+      }
+      out[2 * q] = a;
+      out[2 * q + 1] = b;
+    }
+  } else {  // wide groups: a warp per slot
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int q = warp; q < here; q += warps) {
+      const int64_t lo = group_lo(g0 + q, cpg, tile_c0);
+      const int64_t hi = group_hi(g0 + q, cpg, tile_c0, tile_c1);
+      double a = 0, b = 0;
+      for (int64_t j = lo + lane; j < hi; j += 32) {
+        a += red[2 * j];
+        b += red[2 * j + 1];
+      }
+      a = warp_sum(a);
+      b = warp_sum(b);
+      if (lane == 0) {
+        out[2 * q] = a;
+        out[2 * q + 1] = b;
+      }
+    }
+  }
+}
+
+// Step 2: one warp per (n, g). Group g's partials are in the CTAs (n, hw_tile, c_tile) for every hw_tile and
+// the channel tiles that hold its channels, at slot g - (first group of the tile). norm: (N * G,).
+template <typename T>
+__global__ void __launch_bounds__(256) cl_finalize(const T* __restrict__ x, const double* __restrict__ partial,
+                                                   Tiling t, int64_t G, int64_t cpg, int slots, double eps,
+                                                   typename Compute<T>::type* __restrict__ mean_out,
+                                                   typename Compute<T>::type* __restrict__ rstd_out,
+                                                   SliceNorm<typename Compute<T>::type>* __restrict__ norm) {
+  using C = typename Compute<T>::type;
+  const int64_t slice = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (slice >= t.N * G) return;  // the whole warp leaves together
+  const int64_t n = slice / G, g = slice - n * G;
+  const int64_t ct0 = g * cpg / t.cw, ct1 = ((g + 1) * cpg - 1) / t.cw;  // channel tiles holding the group
+  const int64_t cts = ct1 - ct0 + 1;
+  const int64_t items = t.hw_tiles * cts;
+  double s = 0, ss = 0;
+  for (int64_t i = lane; i < items; i += 32) {
+    const int64_t hw_tile = i / cts, ct = ct0 + (i - hw_tile * cts);
+    const int64_t cta = (n * t.hw_tiles + hw_tile) * t.c_tiles + ct;
+    const int64_t q = g - ct * t.cw / cpg;
+    s += partial[(cta * slots + q) * 2];
+    ss += partial[(cta * slots + q) * 2 + 1];
+  }
+  s = warp_sum(s);
+  ss = warp_sum(ss);
+  if (lane == 0) {
+    const C K = static_cast<C>(x[n * t.HW * t.C + g * cpg]);
+    const SliceNorm<C> nm = norm_from_sums<C>(s, ss, static_cast<double>(cpg) * static_cast<double>(t.HW), K, eps);
+    write_stats(nm, mean_out, rstd_out, slice);
+    norm[slice] = nm;
+  }
+}
+
+// Step 3: y = act((x - K) * a + shift) per channel, rows walked from the end of the tile (module docstring).
+template <typename T, int VEC, bool AFFINE, typename Epi>
+__global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restrict__ x, T* __restrict__ y,
+                                                             ParamRef<T> w, ParamRef<T> bias,
+                                                             const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
+                                                             Tiling t, int64_t G, int64_t cpg, Epi epi) {
+  using C = typename Compute<T>::type;
+  const Tile p = gn_cl::tile_of(t, static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x);
+  const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
+  const int64_t tile_c0 = p.c_tile * t.cw;
+  const int64_t c = tile_c0 + static_cast<int64_t>(col) * VEC;
+  if (c >= t.C || r0 >= t.rows) return;  // no barriers below
+  C K[VEC], a[VEC], shift[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    const SliceNorm<C> nm = norm[p.n * G + (c + k) / cpg];
+    const C ak = AFFINE ? nm.rstd * w[c + k] : nm.rstd;
+    K[k] = nm.K;
+    a[k] = ak;
+    shift[k] = (AFFINE ? bias[c + k] : C(0)) - nm.mean_k * ak;
+  }
+  // This thread's rows of the tile, walked from the last: the statistics pass ran every tile at once, so what L2
+  // still holds is the end of every tile.
+  const int64_t first = p.row0 + r0;
+  const int64_t count = first < p.row1 ? (p.row1 - first + t.rows - 1) / t.rows : 0;
+  if (count == 0) return;
+  const int64_t step = -static_cast<int64_t>(t.rows) * t.C;
+  const int64_t offset = (p.n * t.HW + first + (count - 1) * t.rows) * t.C + c;
+  const T* xp = x + offset;
+  T* yp = y + offset;
+  auto normalize = [&](const Vec<T, VEC>& v) {
+    C z[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - K[k]) * a[k] + shift[k];
+    epi.apply(z);
+    Vec<T, VEC> o;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
+    return o;
+  };
+  int64_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll, xp += kUnroll * step, yp += kUnroll * step) {
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xp + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
+  }
+  for (; i < count; ++i, xp += step, yp += step) store_vec_streaming<T, VEC>(yp, normalize(load_vec<T, VEC>(xp)));
+}
+
+// Groups that one channel tile touches, at most (the `slots` of cl_stats' partial layout).
+inline int max_slots(const Tiling& t, int64_t cpg) {
+  int64_t most = 1;
+  for (int64_t ct = 0; ct < t.c_tiles; ++ct) {
+    const int64_t c0 = ct * t.cw, c1 = std::min(t.C, c0 + t.cw);
+    most = std::max(most, (c1 - 1) / cpg - c0 / cpg + 1);
+  }
+  return static_cast<int>(most);
+}
+
+// Resident CTAs of `threads` threads and `smem` bytes of `kernel` on the device, at least one per SM.
+template <typename Kernel>
+int64_t resident_ctas(Kernel kernel, int threads, size_t smem, int device) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return static_cast<int64_t>(std::max(per_sm, 1)) * device_info(device).sms;
+}
+
+// Rows per thread below which a tile would not amortise its partial sums and per-channel constants.
+constexpr int kMinRowsPerThread = 8;
+// CTAs of the statistics pass per SM at most: each keeps kUnroll 16-byte loads per thread in flight, so four
+// 256-thread CTAs hold ~64 KB per SM in flight, more than an H100 SM needs to saturate its share of HBM.
+constexpr int kStatsCtasPerSm = 4;
+
+inline size_t stats_smem(const Tiling& t) { return static_cast<size_t>(t.threads()) * t.vec * 2 * sizeof(double); }
+
+// The tiling of both passes: threads per CTA depend on C only; the grid is one wave of the statistics kernel.
+template <typename T, int VEC>
+Tiling forward_tiling(int64_t N, int64_t HW, int64_t C, int device) {
+  const Tiling one = gn_cl::make_tiling(N, HW, C, VEC, 1, kMinRowsPerThread);
+  const int64_t resident = std::min<int64_t>(resident_ctas(cl_stats<T, VEC>, one.threads(), stats_smem(one), device),
+                                             static_cast<int64_t>(device_info(device).sms) * kStatsCtasPerSm);
+  return gn_cl::make_tiling(N, HW, C, VEC, resident, kMinRowsPerThread);
+}
+
+template <typename T, int VEC, bool AFFINE, typename Epi>
+void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<T>::type* mean,
+            typename Compute<T>::type* rstd, int64_t N, int64_t C, int64_t HW, int64_t G, double eps,
+            const gn_act::Params& act, int device, cudaStream_t stream, const at::TensorOptions& opts) {
+  using CT = typename Compute<T>::type;
+  const int64_t cpg = C / G;
+  const Tiling t = forward_tiling<T, VEC>(N, HW, C, device);
+  const size_t smem = stats_smem(t);
+  TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_forward_cuda: channels-last input of ", N,
+                                                          " samples needs more CTAs than one launch takes"));
+  const int slots = max_slots(t, cpg);
+  at::Tensor partial = at::empty({t.ctas() * slots * 2}, opts.dtype(at::kDouble));
+  at::Tensor norm = at::empty({static_cast<int64_t>(N * G * sizeof(SliceNorm<CT>))}, opts.dtype(at::kByte));
+  auto* norm_ptr = reinterpret_cast<SliceNorm<CT>*>(norm.data_ptr());
+  cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
+                                                                                 cpg, slots);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cl_finalize<T><<<static_cast<unsigned>(ceil_div(N * G * 32, 256)), 256, 0, stream>>>(
+      x, partial.data_ptr<double>(), t, G, cpg, slots, eps, mean, rstd, norm_ptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cl_apply<T, VEC, AFFINE, Epi><<<static_cast<unsigned>(t.ctas()), t.threads(), 0, stream>>>(
+      x, y, w, bias, norm_ptr, t, G, cpg, make_epilogue<Epi>(act));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// x, y: (N, HW, C) channels-last. Epilogue instantiations as forward_typed: Identity without an activation,
+// Fixed<kSilu> for SiLU on 16-byte vectors of float/half data, Runtime otherwise.
+template <typename T, bool AFFINE>
+void forward_typed(const at::Tensor& input, at::Tensor& y, const gn_inline_forward::AffineParams& params,
+                   at::Tensor& mean, at::Tensor& rstd, int64_t G, int64_t HW, double eps, const gn_act::Params& act,
+                   cudaStream_t stream) {
+  using CT = typename Compute<T>::type;
+  constexpr int V = vec16<T>();
+  const int64_t N = input.size(0), C = input.size(1);
+  const T* x = input.data_ptr<T>();
+  T* out = y.data_ptr<T>();
+  const ParamRef<T> w = AFFINE ? ParamRef<T>::of(params.w) : ParamRef<T>{};
+  const ParamRef<T> b = AFFINE ? ParamRef<T>::of(params.b) : ParamRef<T>{};
+  const auto is16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vectorised = C % V == 0 && is16(x) && is16(out);
+  const int device = input.get_device();
+  CT* m = mean.data_ptr<CT>();
+  CT* r = rstd.data_ptr<CT>();
+  const at::TensorOptions opts = input.options();
+  if (act.kind == gn_act::kNone) {
+    if (vectorised) launch<T, V, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+    else launch<T, 1, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+  } else if (act.kind == gn_act::kSilu && vectorised && !std::is_same_v<T, double>) {
+    if constexpr (!std::is_same_v<T, double>)
+      launch<T, V, AFFINE, gn_act::Silu>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+  } else {
+    if (vectorised) launch<T, V, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+    else launch<T, 1, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+  }
+}
+
+// What the forward does for a channels-last input of this shape (group_norm_forward_plan); launches nothing.
+template <typename T>
+std::string describe(const at::Tensor& input, int64_t G) {
+  constexpr int V = vec16<T>();
+  const int64_t N = input.size(0), C = input.size(1), HW = input.numel() / (N * C);
+  const bool vectorised = C % V == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0;
+  const Tiling t = vectorised ? forward_tiling<T, V>(N, HW, C, input.get_device())
+                              : forward_tiling<T, 1>(N, HW, C, input.get_device());
+  return "channels_last: statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
+         " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +
+         std::to_string(N * G) + " groups, normalisation from the end of each tile (two reads, the second " +
+         "from L2 where it holds; vec " + std::to_string(t.vec) + ")";
+}
+
+}  // namespace cl_forward
+
+// input, y: (N, C, *) channels-last contiguous; params: (C,) affine (in the compute type or a half input's own
+// dtype) or none; mean, rstd: (N, G).
 void launch_forward_channels_last(const at::Tensor& input, at::Tensor& y, const gn_inline_forward::AffineParams& params,
                                   at::Tensor& mean, at::Tensor& rstd, int64_t G, int64_t HW, double eps,
                                   const gn_act::Params& act, cudaStream_t stream) {
   TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_forward_cuda", input.scalar_type()));
-  const at::Tensor x = input.contiguous();
-  at::Tensor out = at::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "group_norm_forward_cuda", [&] {
-    if (params.affine()) forward_typed<scalar_t, true>(x, out, params.w, params.b, mean, rstd, G, HW, eps, stream, act);
-    else forward_typed<scalar_t, false>(x, out, params.w, params.b, mean, rstd, G, HW, eps, stream, act);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cuda", [&] {
+    if (params.affine()) cl_forward::forward_typed<scalar_t, true>(input, y, params, mean, rstd, G, HW, eps, act, stream);
+    else cl_forward::forward_typed<scalar_t, false>(input, y, params, mean, rstd, G, HW, eps, act, stream);
   });
-  y.copy_(out);
 }
 """

@@ -19,19 +19,23 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
             `gn_finalize` -> `gn_apply`.
 
+Channels-last inputs (NHWC, NDHWC) take none of these plans: group_norm_channels_last_cuda.py reads them in
+place (statistics over (rows x channels) tiles, finalize, normalisation) and writes the output in their layout.
+
 Numerics: sums of (x - K) and (x - K)^2 with K the slice's first element, so |mean| >> std does not
 cancel; each thread adds UNROLL*VEC elements in the compute type (float for fp32/fp16/bf16) before
 folding them into double, and CTAs combine their sums in double. The output is formed as
 (x - K) * a + (b - (mean - K) * a), so the large mean never meets the small deviations in float.
 """
 
+from .channels_last_common_cuda import CL_TILING_CUDA
 from .common_cuda import COMMON_CUDA_HEADER
 from .group_norm_cpu import GROUP_NORM_FORWARD_SHARED
 from .group_norm_channels_last_cuda import CHANNELS_LAST_FORWARD_CUDA
 from .group_norm_streamed_cuda import STREAMED_FORWARD_CUDA
 
 # Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
-GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + GROUP_NORM_FORWARD_SHARED + r"""
+GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + CL_TILING_CUDA + GROUP_NORM_FORWARD_SHARED + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -53,6 +57,7 @@ constexpr int kThreads = 256;          // fused / split kernels
 constexpr int kUnroll = 4;             // vectors loaded before first use, per thread
 constexpr int kSmallVecs = 4;          // vectors per thread held in registers by the small-slice kernel
 constexpr int kResidentMaxThreads = 512;
+constexpr int kResidentUnroll = 8;     // resident plan: vectors loaded before first use, per thread
 
 // weight or bias as the kernels read it: (C,) contiguous, in the compute type, or (`narrow`) in a
 // float16/bfloat16 input's own dtype, converted as it is read. A half model's parameters thus need no
@@ -282,27 +287,23 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   const int end = min(D, begin + part);
   const int stride = blockDim.x * VEC;
 
-  // 1. stream the part into shared memory, summing as it arrives (kUnroll loads in flight per thread)
+  // 1. stream the part into shared memory, summing as it arrives: kResidentUnroll loads in flight per
+  //    thread, the last batch predicated, so a part of up to threads * VEC * kResidentUnroll elements
+  //    costs one round trip to DRAM (a plain tail loop would stall on each of its loads).
   double s = 0, ss = 0;
-  int j = begin + threadIdx.x * VEC;
-  for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
-    Vec<T, VEC> v[kUnroll];
+  for (int j = begin + threadIdx.x * VEC; j < end; j += kResidentUnroll * stride) {
+    Vec<T, VEC> v[kResidentUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+    for (int u = 0; u < kResidentUnroll; ++u)
+      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
     C ls = 0, lss = 0;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin) + u * stride) = v[u];
-      add_shifted<T, VEC>(v[u], K, ls, lss);
+    for (int u = 0; u < kResidentUnroll; ++u) {
+      if (j + u * stride < end) {
+        *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin) + u * stride) = v[u];
+        add_shifted<T, VEC>(v[u], K, ls, lss);
+      }
     }
-    s += ls;
-    ss += lss;
-  }
-  for (; j < end; j += stride) {
-    const Vec<T, VEC> v = load_vec<T, VEC>(xs + j);
-    *reinterpret_cast<Vec<T, VEC>*>(buf + (j - begin)) = v;
-    C ls = 0, lss = 0;
-    add_shifted<T, VEC>(v, K, ls, lss);
     s += ls;
     ss += lss;
   }
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
   const int64_t c0 = (slice % G) * channels_per_group;
   const bool channel_per_vec = (HW % VEC) == 0;
-  for (j = begin + threadIdx.x * VEC; j < end; j += stride) {
+  for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
     const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
     store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
                                                                             AFFINE ? w + c0 : w,
@@ -773,11 +774,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
                                                             const std::string* force, int64_t* trace = nullptr) {
   TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
   const c10::cuda::CUDAGuard guard(input.device());
-  // NCHW kernels read a half input's own-dtype parameters directly (ParamRef); the channels-last ones take
-  // them in the compute type.
+  // Every CUDA kernel reads a half input's own-dtype parameters directly (ParamRef): no conversion launches.
   gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
       input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda",
-      /*keep_param_dtype=*/!gn_inline_forward::is_channels_last(input));
+      /*keep_param_dtype=*/true);
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t HW = call.HW;
@@ -837,6 +837,15 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
                   input.numel() > 0,
               "group_norm_forward_plan: expected a non-empty CUDA input whose channels divide into num_groups");
   const c10::cuda::CUDAGuard guard(input.device());
+  TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(input.scalar_type()),
+                              gn_inline_msg::not_implemented_for("group_norm_forward_plan", input.scalar_type()));
+  if (gn_inline_forward::is_channels_last(input)) {
+    std::string text;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_plan", [&] {
+      text = cl_forward::describe<scalar_t>(input, num_groups);
+    });
+    return text;
+  }
   const at::Tensor x = input.contiguous();
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor stats = at::empty({1}, x.options().dtype(acc));
@@ -845,8 +854,6 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
   std::string plan;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   const at::ScalarType st = x.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(st),
-                              gn_inline_msg::not_implemented_for("group_norm_forward_plan", st));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_plan", [&] {
     if (affine) forward_typed<scalar_t, true>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, {}, &plan);
     else forward_typed<scalar_t, false>(x, out, stats, stats, stats, stats, num_groups, HW, 0.0, stream, {}, &plan);

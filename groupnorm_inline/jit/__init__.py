@@ -1,6 +1,7 @@
-"""The JIT layer: environment and cache paths (`env`), build-and-load with locking and logging (`build`)."""
+"""The JIT layer: environment and cache paths (`env`), build-and-load with locking and logging (`build`), and
+the manifest that records each finished build's library size and sha256 (`manifest`)."""
 
 from .build import ExtensionBuildError, ExtensionSpec, load, plan
-from . import env
+from . import env, manifest
 
-__all__ = ["ExtensionBuildError", "ExtensionSpec", "load", "plan", "env"]
+__all__ = ["ExtensionBuildError", "ExtensionSpec", "load", "plan", "env", "manifest"]

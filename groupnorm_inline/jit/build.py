@@ -8,7 +8,10 @@ archs, and whose lock file hangs every later import when a build is killed):
 * an OS file lock (`flock`, released by the kernel when its holder dies) serialises builds across
   processes; after taking it we look again, because another process may have finished the build while
   we waited; a `lock` file left behind by a killed `load_inline` is removed, since we hold the only lock;
-* a finished build is recorded in `build_info.json`; later processes load the library directly;
+* a finished build is recorded in a manifest, `build_info.json`, with the library's size and sha256
+  (`manifest.py`); later processes check the library against it and load it, or, when it is damaged
+  (truncated by a full disk, a partial copy of the cache) or the manifest is missing or corrupt, rebuild it
+  in a cleaned folder after one stderr line saying why (loading a truncated library dies with SIGBUS);
 * one stderr line when a build starts and one with its duration; compiler output only when verbose;
 * a failed build raises `ExtensionBuildError` carrying the compiler's error text.
 
@@ -22,6 +25,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from . import env
+from . import env, manifest
 
 # Bump when the layout of a build directory or the meaning of the key changes.
 _LAYOUT_VERSION = 1
@@ -166,18 +170,17 @@ class _FileLock:
             self.fd = None
 
 
-def _info_path(p: BuildPlan) -> Path:
-    return p.directory / "build_info.json"
+def _clean(directory: Path) -> None:
+    """Empty a build folder whose build is damaged or unfinished; we hold its build lock.
 
-
-def _built_library(p: BuildPlan) -> Path | None:
-    """The library of a finished build of this plan, or None."""
-    try:
-        info = json.loads(_info_path(p).read_text())
-    except (OSError, ValueError):
-        return None
-    lib = p.directory / info.get("library", "")
-    return lib if info.get("key") == p.key and lib.is_file() else None
+    Everything goes, objects included: a damaged library may come with damaged objects, and ninja would
+    relink (or skip) rather than recompile them. The library is unlinked, not overwritten, so a process that
+    still has the old one mapped keeps its pages."""
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _compile(p: BuildPlan) -> Path:
@@ -215,10 +218,13 @@ def _compile(p: BuildPlan) -> Path:
             f"groupnorm_inline: building {what} failed after {time.monotonic() - start:.1f} s in {p.directory}.\n"
             f"Set GROUPNORM_INLINE_VERBOSE=1 to see every compiler command.\n{exc}") from exc
     library = Path(path)
-    _info_path(p).write_text(json.dumps({
-        "key": p.key, "library": library.name, "with_cuda": p.with_cuda, "archs": list(p.archs),
-        "torch": torch.__version__, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "seconds": round(time.monotonic() - start, 1)}, indent=1))
+    try:
+        manifest.write(p.directory, p.key, library, with_cuda=p.with_cuda, archs=list(p.archs),
+                       torch=torch.__version__, seconds=round(time.monotonic() - start, 1))
+    except OSError as exc:
+        raise ExtensionBuildError(
+            f"groupnorm_inline: built {what} in {p.directory} but could not record it in "
+            f"{manifest.FILE_NAME} ({exc.strerror or exc}); is the disk full?") from exc
     print(f"[groupnorm_inline] built {what} in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
     return library
 
@@ -229,12 +235,18 @@ def load(spec: ExtensionSpec) -> Path:
         if spec.name in _loaded:
             return _loaded[spec.name]
         p = plan(spec)
-        library = _built_library(p)
+        library = manifest.verify(p.directory, p.key).library
         if library is None:
             with _FileLock(p.directory.with_name(p.directory.name + ".lock"), env.lock_timeout_s(),
                            p.spec.description or p.spec.name):
-                library = _built_library(p)  # another process may have built it while we waited
+                # Look again under the lock: another process may have built it while we waited.
+                verdict = manifest.verify(p.directory, p.key)
+                library = verdict.library
                 if library is None:
+                    if verdict.problem is not None:
+                        print(f"[groupnorm_inline] rebuilding {p.spec.description or p.spec.name}: "
+                              f"{verdict.problem}", file=sys.stderr, flush=True)
+                        _clean(p.directory)
                     library = _compile(p)
         torch.ops.load_library(str(library))
         _loaded[spec.name] = library

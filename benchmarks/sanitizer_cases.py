@@ -1,0 +1,48 @@
+"""Small forward and backward calls through every CUDA path, for compute-sanitizer (memcheck, racecheck):
+
+    compute-sanitizer --tool memcheck python benchmarks/sanitizer_cases.py
+    compute-sanitizer --tool racecheck python benchmarks/sanitizer_cases.py
+
+Shapes are chosen to reach each forward plan and both backward paths (resident clusters and row chunks for
+HW >= 1024, lane segments below), NCHW and channels-last, with and without an activation; the inputs are
+random (never zeros) and small enough that the tools finish in a minute or two.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import groupnorm_inline as gn  # noqa: E402
+
+CASES = [  # (shape, groups, dtype, memory format)
+    ((2, 64, 40, 40), 8, torch.float32, torch.contiguous_format),     # resident backward, HW = 1600
+    ((3, 12, 40, 40), 4, torch.float16, torch.contiguous_format),     # channel boundaries inside a warp step
+    ((2, 16, 32, 32), 1, torch.bfloat16, torch.contiguous_format),    # one group
+    ((2, 8, 33, 35), 4, torch.float32, torch.contiguous_format),      # odd HW: scalar accesses, row path
+    ((4, 32, 9, 9), 8, torch.float32, torch.contiguous_format),       # short path (HW < 1024)
+    ((2, 32, 16, 16), 8, torch.float16, torch.channels_last),
+    ((1, 16, 4, 8, 8), 4, torch.bfloat16, torch.channels_last_3d),
+]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    for shape, G, dtype, fmt in CASES:
+        x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=fmt).requires_grad_()
+        w = (torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5).requires_grad_()
+        b = torch.rand(shape[1], device="cuda", dtype=dtype).requires_grad_()
+        for act in (None, "silu", "gelu"):
+            y = gn.group_norm(x, G, w, b, 1e-5, activation=act)
+            grads = torch.autograd.grad(y, (x, w, b), torch.randn_like(y))
+            assert all(torch.isfinite(g).all() for g in grads), (shape, dtype, act)
+    torch.cuda.synchronize()
+    print(f"sanitizer cases: {len(CASES)} shapes x 3 activations, forward and backward, finished")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The native channels-last CUDA kernels (NHWC / NDHWC read in place, output in the input's layout), forward and
+backward, against float64 references computed on the CPU from the same rounded inputs.
+
+Shapes cover the kernels' cases: C = 3 with G = 1 and C = 6 with C/G = 2 (scalar accesses: C not a multiple of
+a 16-byte vector), C/G = 10 (vectors spanning two groups), C = 1280 with G = 32 (a diffusion block), C wider
+than one CTA's 256 vectors (several channel tiles, groups split across them), odd spatial sizes, HW = 1 (an
+input contiguous in both layouts: the NCHW kernels), N = 40 (one tile per sample), HW = 4096 (many tiles per
+sample), 5-D inputs.
+
+Tolerances. Forward: tests/utils.TOLERANCES plus the conditioning term (`group_norm_atol`); with an activation
+twice TOLERANCES (the activation's derivative is at most ~1.1). Statistics: utils.STATS_RTOL. Backward: each
+gradient within `BWD_TOL[dtype] * (1 + max |reference|)` absolute and BWD_TOL relative: float64 1e-9; float32
+1e-4 (float32 products folded into float64 sums over up to 1e5 terms); float16 1e-2 and bfloat16 6e-2 (grad_out
+and the inputs round at 2^-11 / 2^-8, dx is a difference of terms of the size of its largest element).
+Outputs and temporaries start as NaN (`poisoned_outputs`), so an element never written fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from groupnorm_inline import group_norm, group_norm_with_stats
+from utils import (STATS_RTOL, TOLERANCES, assert_bitwise_equal, assert_close_report, group_norm_atol,
+                   poison_cuda_allocator, reference_stats)
+
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("poisoned_outputs")]
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+BWD_TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+
+# (shape, groups)
+SHAPES = [
+    ((2, 3, 5, 7), 1),             # C = 3, G = 1: scalar accesses
+    ((2, 6, 9, 11), 3),            # C/G = 2, odd H and W
+    ((3, 20, 7, 9), 2),            # C/G = 10: a 16-byte half vector spans two groups
+    ((2, 32, 7, 9), 8),            # C/G = 4, odd HW = 63
+    ((1, 1280, 8, 8), 32),         # diffusion block width
+    ((1, 2080, 3, 5), 8),          # float32: 520 vectors, 3 channel tiles; groups of 260 split across tiles
+    ((1, 4096, 3, 5), 1),          # one group over every channel tile
+    ((2, 64, 1, 1), 16),           # HW = 1: contiguous in both layouts, read as NCHW
+    ((40, 16, 4, 4), 4),           # many samples, one tile each
+    ((1, 32, 64, 64), 8),          # HW = 4096: many tiles per sample
+    ((2, 12, 3, 5, 7), 4),         # 5-D, C/G = 3
+    ((1, 64, 4, 6, 5), 8),         # 5-D, C/G = 8
+]
+SHAPE_IDS = [f"{tuple(s)}-G{g}" for s, g in SHAPES]
+
+ACTS = [(None, None, nn.Identity()), ("silu", None, nn.SiLU()), ("leaky_relu", {"negative_slope": 0.2}, nn.LeakyReLU(0.2)),
+        ("gelu", None, nn.GELU())]
+ACT_IDS = [a[0] or "none" for a in ACTS]
+
+
+def _format(shape):
+    return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+
+
+def _input(shape, dtype, mean=0.3, std=1.7, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = (mean + std * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+    return x.to("cuda").contiguous(memory_format=_format(shape))
+
+
+def _params(channels, dtype, affine, seed=1):
+    if not affine:
+        return None, None
+    gen = torch.Generator().manual_seed(seed)
+    w = (1 + 0.5 * torch.randn(channels, generator=gen, dtype=torch.float64)).to("cuda", dtype)
+    b = (0.5 * torch.randn(channels, generator=gen, dtype=torch.float64)).to("cuda", dtype)
+    return w, b
+
+
+def _reference(x, groups, w, b, module, eps=1e-5):
+    z = F.group_norm(x.detach().to("cpu", torch.float64), groups,
+                     None if w is None else w.detach().to("cpu", torch.float64),
+                     None if b is None else b.detach().to("cpu", torch.float64), eps)
+    return module(z)
+
+
+def _check_forward(x, groups, w, b, act, params, module, what):
+    x_before = x.clone(memory_format=torch.preserve_format)
+    poison_cuda_allocator(x.numel() * x.element_size())
+    out, mean, rstd = group_norm_with_stats(x, groups, w, b, 1e-5, activation=act, activation_params=params)
+    torch.cuda.synchronize()
+    assert_bitwise_equal(x, x_before, f"{what} input")
+    assert out.shape == x.shape and out.dtype == x.dtype
+    if x.shape[2:].numel() > 1:
+        assert out.is_contiguous(memory_format=_format(x.shape)), f"{what}: output strides {out.stride()}"
+    atol, rtol = TOLERANCES[x.dtype]
+    expected = _reference(x, groups, w, b, module)
+    if act is None:
+        assert_close_report(out, expected, group_norm_atol(x, groups, w, b), rtol, f"{what} output")
+    else:
+        assert_close_report(out, expected, 2 * atol, 2 * rtol, f"{what} output")
+    ref_mean, ref_rstd = reference_stats(x, groups)
+    std = ref_rstd.reciprocal()
+    stats_rtol = STATS_RTOL[x.dtype]
+    mean_tol = stats_rtol * std + 2 * torch.finfo(mean.dtype).eps * ref_mean.abs()
+    assert_close_report(mean, ref_mean, mean_tol, 0.0, f"{what} mean")
+    assert_close_report(rstd, ref_rstd, 0.0, stats_rtol, f"{what} rstd")
+
+
+@pytest.mark.parametrize("name, params, module", ACTS, ids=ACT_IDS)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no affine"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
+def test_forward(shape, groups, dtype, affine, name, params, module):
+    x = _input(shape, dtype)
+    w, b = _params(shape[1], dtype, affine)
+    _check_forward(x, groups, w, b, name, params, module, f"{shape} G={groups} {dtype} {name}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_forward_float32_params_of_half_input(dtype):
+    x = _input((2, 320, 9, 7), dtype)
+    w, b = _params(320, torch.float32, True)
+    _check_forward(x, 32, w, b, "silu", None, nn.SiLU(), f"float32 params {dtype}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, groups", [((1, 128, 33, 31), 32), ((2, 6, 40, 40), 3), ((1, 64, 3, 4, 50), 1)],
+                         ids=str)
+def test_forward_large_mean(shape, groups, dtype):
+    """|mean| = 1e4 std: shifted sums keep the statistics and the output accurate."""
+    x = _input(shape, dtype, mean=1e4, std=1.0)
+    w, b = _params(shape[1], dtype, True)
+    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"mean 1e4 {shape} {dtype}")
+
+
+def test_forward_unaligned_input():
+    """A channels-last view whose data pointer is not 16-byte aligned: the scalar kernels, same results."""
+    shape = (2, 16, 5, 6)
+    flat = torch.empty(torch.Size(shape).numel() + 1, dtype=torch.float16, device="cuda")
+    x = flat[1:].view(2, 5, 6, 16).permute(0, 3, 1, 2)
+    x.copy_(_input(shape, torch.float16))
+    assert x.is_contiguous(memory_format=torch.channels_last) and x.data_ptr() % 16 != 0
+    w, b = _params(16, torch.float16, True)
+    _check_forward(x, 4, w, b, "silu", None, nn.SiLU(), "unaligned")
+
+
+def test_channels_last_matches_nchw():
+    """The channels-last kernels and the NCHW ones agree on the same values."""
+    x = _input((2, 320, 16, 16), torch.float32)
+    w, b = _params(320, torch.float32, True)
+    ours = group_norm(x, 32, w, b, activation="silu")
+    nchw = group_norm(x.contiguous(), 32, w, b, activation="silu")
+    assert_close_report(ours, nchw, 2e-6, 2e-6, "channels-last vs NCHW")
+
+
+def _check_backward(x, groups, w, b, act, params, module, grad, what):
+    leaves = [x.detach().requires_grad_()] + [t.detach().requires_grad_() for t in (w, b) if t is not None]
+    out = group_norm(leaves[0], groups, *(leaves[1:] if w is not None else (None, None)), 1e-5, activation=act,
+                     activation_params=params)
+    ours = torch.autograd.grad(out, leaves, grad)
+    ref_leaves = [t.detach().to("cpu", torch.float64).requires_grad_() for t in leaves]
+    ref_w, ref_b = (ref_leaves[1], ref_leaves[2]) if w is not None else (None, None)
+    ref = module(F.group_norm(ref_leaves[0], groups, ref_w, ref_b, 1e-5))
+    theirs = torch.autograd.grad(ref, ref_leaves, grad.detach().to("cpu", torch.float64))
+    tol = BWD_TOL[x.dtype]
+    assert ours[0].is_contiguous(memory_format=_format(x.shape)) or x.shape[2:].numel() == 1, \
+        f"{what}: grad_input strides {ours[0].stride()}"
+    for name, a, e, leaf in zip(("grad_input", "grad_weight", "grad_bias"), ours, theirs, leaves):
+        assert a.dtype == leaf.dtype, f"{what} {name}: dtype {a.dtype} != {leaf.dtype}"
+        assert_close_report(a, e, tol * (1 + e.abs().max().item()), tol, f"{what} {name}")
+
+
+@pytest.mark.parametrize("name, params, module", ACTS, ids=ACT_IDS)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no affine"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
+def test_backward(shape, groups, dtype, affine, name, params, module):
+    x = _input(shape, dtype)
+    w, b = _params(shape[1], dtype, affine)
+    grad = _input(shape, dtype, mean=0.1, std=1.0, seed=5)
+    _check_backward(x, groups, w, b, name, params, module, grad, f"{shape} G={groups} {dtype} {name}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_backward_float32_params_and_nchw_grad(dtype):
+    """float32 parameters beside a half input, and an NCHW-contiguous grad_out for a channels-last input."""
+    x = _input((2, 320, 9, 7), dtype)
+    w, b = _params(320, torch.float32, True)
+    grad = _input((2, 320, 9, 7), dtype, mean=0.0, std=1.0, seed=9).contiguous()
+    _check_backward(x, 32, w, b, "silu", None, nn.SiLU(), grad, f"float32 params {dtype}")
+
+
+def test_backward_large_mean_float32():
+    x = _input((1, 64, 30, 30), torch.float32, mean=1e4, std=1.0)
+    w, b = _params(64, torch.float32, True)
+    grad = _input((1, 64, 30, 30), torch.float32, mean=0.0, std=1.0, seed=3)
+    _check_backward(x, 8, w, b, None, None, nn.Identity(), grad, "mean 1e4")
+
+
+def test_backward_only_weight_grads():
+    """output_mask without grad_input: the parameter gradients alone."""
+    x = _input((2, 64, 12, 10), torch.float32)
+    w, b = _params(64, torch.float32, True)
+    w.requires_grad_()
+    b.requires_grad_()
+    out = group_norm(x, 8, w, b, activation="silu")
+    grad = torch.randn_like(out)
+    dw, db = torch.autograd.grad(out, (w, b), grad)
+    xr, wr, br = (t.detach().to("cpu", torch.float64).requires_grad_() for t in (x, w, b))
+    ref = F.silu(F.group_norm(xr, 8, wr, br, 1e-5))
+    _, rdw, rdb = torch.autograd.grad(ref, (xr, wr, br), grad.cpu().double())
+    assert_close_report(dw, rdw, 1e-4 * (1 + rdw.abs().max().item()), 1e-4, "grad_weight")
+    assert_close_report(db, rdb, 1e-4 * (1 + rdb.abs().max().item()), 1e-4, "grad_bias")
+
+
+def test_empty_batch():
+    x = torch.empty(0, 8, 4, 4, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+    out = group_norm(x, 2)
+    assert out.shape == x.shape
+    out.sum().backward()
+    assert x.grad.shape == x.shape
