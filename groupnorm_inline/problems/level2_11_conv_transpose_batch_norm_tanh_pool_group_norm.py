@@ -55,7 +55,8 @@ class ModelNew(nn.Module):
         mean, invstd = batch_norm_statistics(self.batch_norm, x)
         bn_weight, bn_bias = batch_norm_affine(self.batch_norm, x.shape[1], x)
         return group_norm_chain(x, self.group_norm, prologue="batch_norm_tanh",
-                                prologue_vectors=(mean, invstd, bn_weight, bn_bias), input_pool=2)
+                                prologue_vectors=(mean, invstd, bn_weight, bn_bias),
+                                input_pool=self.max_pool.kernel_size)
 
 
 batch_size = 512
