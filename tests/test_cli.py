@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from groupnorm_inline.jit import manifest
+from groupnorm_inline.problems import PROBLEMS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,10 @@ def test_list_shows_problems_and_shapes_without_building(tmp_path):
                      "inputs: float32(128, 8, 128, 128)", "--small inputs: float32(2, 8, 21, 19)",
                      "generated from the source of groupnorm_inline.problems.level2_94_gemm_mish_group_norm"):
         assert fragment in proc.stdout, proc.stdout
-    assert proc.stdout.count("export/eval: yes") == 3 and "no recipe yet" not in proc.stdout
+    assert proc.stdout.count("export/eval: yes") == len(PROBLEMS) and "no recipe yet" not in proc.stdout
+    for key in ("2/11", "2/19", "2/21", "2/23", "2/27", "2/30", "2/37", "2/60", "2/61", "2/62", "2/75", "2/83", "2/85",
+                "2/88"):
+        assert f"{key}   {PROBLEMS[key].file_name}" in proc.stdout
     assert list(tmp_path.iterdir()) == [], "list started a build"
 
 
@@ -241,7 +245,8 @@ def test_eval_applies_static_rules_to_candidates(tmp_path):
 
 
 # The inputs each problem's --small run draws (the recipes' small constants).
-SMALL_INPUTS = {"1/35": "float32(2, 64, 30, 30)", "2/94": "float32(6, 96)", "2/92": "float32(2, 8, 21, 19)"}
+SMALL_INPUTS = {"1/35": "float32(2, 64, 30, 30)", "2/94": "float32(6, 96)", "2/92": "float32(2, 8, 21, 19)",
+                "2/85": "float32(2, 3, 13, 15)"}
 
 
 @pytest.mark.parametrize("key", sorted(SMALL_INPUTS))

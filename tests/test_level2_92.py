@@ -243,7 +243,7 @@ def test_bad_inputs_raise_clear_errors():
         new(torch.rand(1, 8, 2, 10))
     with pytest.raises(RuntimeError, match="float32"):
         new(torch.rand(1, 8, 10, 10, dtype=torch.float64))
-    with pytest.raises(RuntimeError, match="float32 only"):
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
         new.double()(torch.rand(1, 8, 10, 10, dtype=torch.float64))
     with pytest.raises(TypeError, match="Tensor"):
         new(None)
@@ -342,3 +342,21 @@ def test_more_than_128_channels_fall_back_on_cuda():
     x = torch.rand(1, 4, 6, 6, device=cuda)
     with torch.no_grad():
         assert torch.equal(new(x), ref(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_precision_option_cpu(dtype):
+    """KernelBench's precision option: Model, ModelNew and the input cast to dtype; allclose at 1e-2, the output
+    in that dtype (ModelNew then runs PyTorch's ops in that dtype)."""
+    ref, new = models(8, 64, 16)
+    with torch.no_grad():
+        for p in ref.group_norm.parameters():
+            p.normal_()
+    new.load_state_dict(ref.state_dict())
+    ref, new = ref.to(dtype), new.to(dtype)
+    set_seed(5)
+    x = torch.rand(2, 8, 13, 11).to(dtype)
+    with torch.no_grad():
+        out, expected = new(x), ref(x)
+    assert out.dtype == dtype and out.shape == expected.shape
+    assert_close_report(out, expected, atol=1e-2, rtol=1e-2, what=str(dtype))

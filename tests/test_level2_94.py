@@ -342,7 +342,7 @@ def test_bad_inputs_raise_clear_errors():
         new(torch.rand(2, 40, dtype=torch.float64))
     with pytest.raises(TypeError, match="Tensor"):
         new([[0.0] * 40])
-    with pytest.raises(RuntimeError, match="float32 only"):
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
         new.double()(torch.rand(2, 40, dtype=torch.float64))
     with pytest.raises(ValueError, match="gemm must be one of"):
         problem.ModelNew(40, 96, (96,), 3, gemm="tf32")
@@ -480,3 +480,22 @@ def test_epilogue_cuda_matches_cpu_operator():
             cat_cpu, s_cpu = ops.split_rows(x, fmt, True)
             cat_gpu, s_gpu = ops.split_rows(x.to(cuda), fmt, True)
             assert torch.equal(cat_gpu.cpu(), cat_cpu) and torch.equal(s_gpu.cpu(), s_cpu), (fmt, M, N)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("batch,in_f,out_f,groups", [(4, 64, 128, 4), (3, 40, 96, 3)])
+def test_precision_option_cpu(batch, in_f, out_f, groups, dtype):
+    """KernelBench's precision option: Model, ModelNew and the input cast to dtype; allclose at 1e-2, the output
+    in that dtype (ModelNew: the Linear in that dtype, then the family operator)."""
+    ref, new = models(in_f, out_f, groups)
+    with torch.no_grad():
+        for p in ref.groupnorm.parameters():
+            p.normal_()
+    new.load_state_dict(ref.state_dict())
+    ref, new = ref.to(dtype), new.to(dtype)
+    set_seed(5)
+    x = torch.rand(batch, in_f).to(dtype)
+    with torch.no_grad():
+        out, expected = new(x), ref(x)
+    assert out.dtype == dtype and out.shape == expected.shape
+    assert_close_report(out, expected, atol=1e-2, rtol=1e-2, what=str(dtype))

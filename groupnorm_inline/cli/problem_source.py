@@ -90,7 +90,19 @@ def reference_source(info: ProblemInfo) -> str:
     return "\n".join(parts.imports) + "\n\n\n" + parts.model + "\n\n\n" + _join_inputs(parts.inputs)
 
 
+def _bound_by_import(statement: str) -> set[str]:
+    names = set()
+    for node in ast.parse(statement).body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
 def inputs_source(info: ProblemInfo) -> tuple[tuple[str, ...], str]:
-    """(imports, text) of the problem's constants and input functions."""
+    """(imports, text) of the problem's constants and input functions; only the imports that text uses (a
+    reference's `import torch.nn.functional as F`, needed by its Model alone, would trip KernelBench's checker
+    in an export)."""
     parts = problem_parts(info)
-    return parts.imports, _join_inputs(parts.inputs)
+    text = _join_inputs(parts.inputs)
+    used = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)}
+    return tuple(i for i in parts.imports if _bound_by_import(i) & used), text

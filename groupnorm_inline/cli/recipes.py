@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from ..problems import ProblemInfo
+from ..problems import PROBLEMS, ProblemInfo
 from .errors import EXIT_USAGE, CliError
 
 
@@ -108,7 +108,9 @@ RECIPES: dict[str, ProblemRecipe] = {
     # Level 2 #94: ModelNew with its default GEMM (the operand split with the cached weight split, cuBLAS
     # precision handled by CublasFloat32Mode), all from the package's modules.
     "2/94": ProblemRecipe(
-        extension_specs=("groupnorm_inline.problems.level2_94_kernels:EXTENSION",),
+        # The family operator serves KernelBench's float16/bfloat16 precision option.
+        extension_specs=("groupnorm_inline.problems.level2_94_kernels:EXTENSION",
+                         "groupnorm_inline.problems.family_kernels:EXTENSION"),
         model_module="groupnorm_inline.problems.level2_94_gemm_mish_group_norm",
         # x (6, 96), Linear 96 -> 256, 8 groups of 32 channels (the problem's group width).
         small_constants={"batch_size": 6, "in_features": 96, "out_features": 256, "bias_shape": (256,),
@@ -123,6 +125,37 @@ RECIPES: dict[str, ProblemRecipe] = {
         small_constants={"batch_size": 2, "height": 21, "width": 19},
     ),
 }
+
+# The GroupNorm family (problems/family.py): each ModelNew is generated from its problem module, with the
+# family's Python helpers and the family operator's extension. Small shapes keep each problem's group layout
+# where they can and give odd sizes (tests/test_kernelbench_family.py checks them against float64 too).
+_FAMILY_SPEC = ("groupnorm_inline.problems.family_kernels:EXTENSION",)
+_FAMILY_SMALL = {
+    "2/11": {"batch_size": 3, "in_channels": 3, "out_channels": 16, "height": 6, "width": 6, "num_groups": 4},
+    "2/19": {"batch_size": 2, "in_channels": 4, "out_channels": 16, "height": 9, "width": 9, "num_groups": 4},
+    "2/21": {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 11, "width": 11, "num_groups": 4,
+             "bias_shape": (16, 1, 1), "scale_shape": (16, 1, 1)},
+    "2/23": {"batch_size": 3, "in_channels": 3, "out_channels": 12, "D": 5, "H": 7, "W": 6, "num_groups": 4},
+    "2/27": {"batch_size": 3, "in_channels": 3, "out_channels": 8, "depth": 6, "height": 7, "width": 8},
+    "2/30": {"batch_size": 5, "in_features": 40, "out_features": 96, "num_groups": 3},
+    "2/37": {"batch_size": 5, "in_features": 24, "out_features": 128, "num_groups": 2, "bias_shape": (128,)},
+    "2/60": {"batch_size": 2, "in_channels": 3, "out_channels": 8, "depth": 3, "height": 5, "width": 4},
+    "2/61": {"batch_size": 2, "in_channels": 4, "out_channels": 16, "D": 3, "H": 4, "W": 5, "groups": 4},
+    "2/62": {"batch_size": 4, "input_size": 48, "hidden_size": 64, "num_groups": 4},
+    "2/75": {"batch_size": 4, "in_features": 40, "out_features": 64, "num_groups": 4, "bias_shape": (1, 64, 1, 1)},
+    "2/83": {"batch_size": 2, "in_channels": 3, "out_channels": 8, "depth": 4, "height": 6, "width": 7, "groups": 4},
+    "2/85": {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 13, "width": 15, "num_groups": 4,
+             "scale_shape": (16, 1, 1)},
+    "2/88": {"batch_size": 4, "in_features": 40, "out_features": 64, "num_groups": 4, "multiply_weight_shape": (64,)},
+}
+# The Linear problems run #94's GEMM variants (problems/split_gemm.py): the #94 extension comes first.
+_SPLIT_GEMM_SPECS = ("groupnorm_inline.problems.level2_94_kernels:EXTENSION",) + _FAMILY_SPEC
+_LINEAR_PROBLEMS = ("2/30", "2/37", "2/62", "2/75", "2/88")
+for _key, _small in _FAMILY_SMALL.items():
+    RECIPES[_key] = ProblemRecipe(extension_specs=_SPLIT_GEMM_SPECS if _key in _LINEAR_PROBLEMS else _FAMILY_SPEC,
+                                  model_module=f"groupnorm_inline.problems.{PROBLEMS[_key].module}",
+                                  small_constants=_small)
+
 
 
 def recipe_for(info: ProblemInfo) -> ProblemRecipe:

@@ -28,6 +28,43 @@ PROBLEMS: dict[str, ProblemInfo] = {
                         "level2_92_conv_group_norm_logsumexp",
                         "Conv2d 8 -> 64 (3x3) on x (128, 8, 128, 128), GroupNorm 16 groups, Tanh, HardSwish, "
                         "residual, LogSumExp over channels"),
+    "2/11": ProblemInfo("2/11", "11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm",
+                        "level2_11_conv_transpose_batch_norm_tanh_pool_group_norm",
+                        "ConvTranspose2d 64 -> 128 (5x5) on x (512, 64, 32, 32), BatchNorm, Tanh, MaxPool 2, "
+                        "GroupNorm 8 groups"),
+    "2/19": ProblemInfo("2/19", "19_ConvTranspose2d_GELU_GroupNorm", "level2_19_conv_transpose_gelu_group_norm",
+                        "ConvTranspose2d 64 -> 64 (3x3) on x (128, 64, 256, 256), GELU, GroupNorm 8 groups"),
+    "2/21": ProblemInfo("2/21", "21_Conv2d_Add_Scale_Sigmoid_GroupNorm", "level2_21_conv_add_scale_sigmoid_group_norm",
+                        "Conv2d 8 -> 32 (3x3) on x (128, 8, 256, 256), +bias, *scale, Sigmoid, GroupNorm 8 groups"),
+    "2/23": ProblemInfo("2/23", "23_Conv3d_GroupNorm_Mean", "level2_23_conv3d_group_norm_mean",
+                        "Conv3d 3 -> 24 (3x3x3) on x (128, 3, 24, 32, 32), GroupNorm 8 groups, mean -> (128,)"),
+    "2/27": ProblemInfo("2/27", "27_Conv3d_HardSwish_GroupNorm_Mean", "level2_27_conv3d_hardswish_group_norm_mean",
+                        "Conv3d 3 -> 16 (4x4x4) on x (1024, 3, 16, 32, 32), HardSwish, GroupNorm 4 groups, "
+                        "spatial mean -> (1024, 16)"),
+    "2/30": ProblemInfo("2/30", "30_Gemm_GroupNorm_Hardtanh", "level2_30_gemm_group_norm_hardtanh",
+                        "Linear 8192 -> 8192 on x (1024, 8192), GroupNorm 16 groups, Hardtanh(-2, 2)"),
+    "2/37": ProblemInfo("2/37", "37_Matmul_Swish_Sum_GroupNorm", "level2_37_matmul_swish_sum_group_norm",
+                        "Linear 1024 -> 4096 on x (32768, 1024), Swish, +bias, GroupNorm 64 groups"),
+    "2/60": ProblemInfo("2/60", "60_ConvTranspose3d_Swish_GroupNorm_HardSwish",
+                        "level2_60_conv_transpose3d_swish_group_norm_hardswish",
+                        "ConvTranspose3d 3 -> 16 (3x3x3, stride 2) on x (128, 3, 16, 32, 32), Swish, GroupNorm 4 "
+                        "groups, HardSwish"),
+    "2/61": ProblemInfo("2/61", "61_ConvTranspose3d_ReLU_GroupNorm", "level2_61_conv_transpose3d_relu_group_norm",
+                        "ConvTranspose3d 64 -> 128 (3x3x3) on x (16, 64, 32, 32, 32), ReLU, GroupNorm 8 groups"),
+    "2/62": ProblemInfo("2/62", "62_Matmul_GroupNorm_LeakyReLU_Sum", "level2_62_matmul_group_norm_leaky_relu_sum",
+                        "Linear 8192 -> 8192 on x (1024, 8192), GroupNorm 512 groups, LeakyReLU, x + x"),
+    "2/75": ProblemInfo("2/75", "75_Gemm_GroupNorm_Min_BiasAdd", "level2_75_gemm_group_norm_min_bias",
+                        "Linear 8192 -> 8192 on x (1024, 8192), GroupNorm 512 groups, min over features, "
+                        "+bias -> (1, 8192, 1024, 1)"),
+    "2/83": ProblemInfo("2/83", "83_Conv3d_GroupNorm_Min_Clamp_Dropout", "level2_83_conv3d_group_norm_min_clamp_dropout",
+                        "Conv3d 3 -> 16 (3x3x3) on x (128, 3, 16, 64, 64), GroupNorm 8 groups, min, clamp, "
+                        "Dropout(0.2)"),
+    "2/85": ProblemInfo("2/85", "85_Conv2d_GroupNorm_Scale_MaxPool_Clamp", "level2_85_conv_group_norm_scale_pool_clamp",
+                        "Conv2d 8 -> 64 (3x3) on x (128, 8, 128, 128), GroupNorm 16 groups, *scale, MaxPool 4, "
+                        "clamp"),
+    "2/88": ProblemInfo("2/88", "88_Gemm_GroupNorm_Swish_Multiply_Swish",
+                        "level2_88_gemm_group_norm_swish_multiply_swish",
+                        "Linear 8192 -> 8192 on x (1024, 8192), GroupNorm 256 groups, Swish, *weight, Swish"),
 }
 
 

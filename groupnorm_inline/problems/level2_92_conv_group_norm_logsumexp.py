@@ -26,8 +26,9 @@ channels and writes only the (N, 1, OH, OW) result.
 On the CPU both keywords give the same float32 arithmetic (the direct decomposition, stored or recomputed).
 
 The fused kernels take a 3 x 3 kernel (stride 1, no padding, as the problem has) and, on CUDA, at most 128
-output channels; other configurations run the reference's own PyTorch ops. Inference only: the output
-carries no autograd graph.
+output channels; other configurations run the reference's own PyTorch ops, and so does KernelBench's precision
+option (Model, ModelNew and inputs cast to float16 or bfloat16: PyTorch's convolution, GroupNorm and logsumexp in
+that dtype with float32 accumulation). Inference only: the output carries no autograd graph.
 """
 
 import torch
@@ -115,10 +116,10 @@ class ModelNew(nn.Module):
         if x.shape[2] < kh or x.shape[3] < kw:
             raise RuntimeError(f"Calculated padded input size per channel: ({x.shape[2]} x {x.shape[3]}). "
                                f"Kernel size: ({kh} x {kw}). Kernel size can't be greater than actual input size")
-        if weight.dtype != torch.float32:
-            raise RuntimeError(f"ModelNew computes in float32 only; its parameters are {weight.dtype}")
-        if x.dtype != torch.float32:
-            raise RuntimeError(f"expected input of dtype torch.float32 (the parameters' dtype), got {x.dtype}")
+        if weight.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise RuntimeError(f"ModelNew computes in float32, float16 or bfloat16; its parameters are {weight.dtype}")
+        if x.dtype != weight.dtype:
+            raise RuntimeError(f"expected input of dtype {weight.dtype} (the parameters' dtype), got {x.dtype}")
         if x.device != weight.device:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                                f"{x.device} (input) and {weight.device} (parameters)!")
@@ -132,7 +133,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
-        if not self._fused_supported(x.device):
+        if not self._fused_supported(x.device) or x.dtype != torch.float32:
             with torch.no_grad():
                 return self._reference_forward(x)
         gn = self.group_norm

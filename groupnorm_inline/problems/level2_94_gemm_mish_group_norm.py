@@ -24,6 +24,10 @@ float32 results the epilogue adds: tensor cores accumulate with truncation, so s
 The operand split of the weight is cached and recomputed when the weight changes (another tensor, another
 storage, or an in-place update, seen through `weight._version`; writes through `weight.data` are not seen:
 call `refresh_weight_split()` after them). Inference only: the output carries no autograd graph.
+
+KernelBench's precision option (Model, ModelNew and inputs cast to float16 or bfloat16): the GEMM in that dtype
+(the reference's own Linear: cuBLAS with float32 accumulation), then the GroupNorm family operator
+(problems/family.py) computes bias, Hardtanh, Mish and the GroupNorm from it, rounding as the reference's ops do.
 """
 
 import torch
@@ -32,6 +36,7 @@ import torch.nn as nn
 from . import level2_94_kernels as kernels
 from .level2_94_kernels import DEFAULT_GEMM, DEFAULT_K_SPLITS, GEMM_VARIANTS, CublasFloat32Mode
 from .level2_94_kernels import ops as _ops  # builds the kernels (first time on a machine) and loads them
+from .family import group_norm_chain
 
 
 class Model(nn.Module):
@@ -117,10 +122,10 @@ class ModelNew(nn.Module):
         if x.shape[1] != in_features:
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({x.shape[0]}x{x.shape[1]} and "
                                f"{in_features}x{weight.shape[0]})")
-        if weight.dtype != torch.float32:
-            raise RuntimeError(f"ModelNew computes in float32 only; its parameters are {weight.dtype}")
-        if x.dtype != torch.float32:
-            raise RuntimeError(f"expected input of dtype torch.float32 (the parameters' dtype), got {x.dtype}")
+        if weight.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise RuntimeError(f"ModelNew computes in float32, float16 or bfloat16; its parameters are {weight.dtype}")
+        if x.dtype != weight.dtype:
+            raise RuntimeError(f"expected input of dtype {weight.dtype} (the parameters' dtype), got {x.dtype}")
         if x.device != weight.device:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                                f"{x.device} (input) and {weight.device} (parameters)!")
@@ -141,6 +146,8 @@ class ModelNew(nn.Module):
         gn_bias = gn.bias.detach() if gn.bias is not None else torch.zeros_like(weight[:, 0])
         linear_bias = self.gemm.bias.detach() if self.gemm.bias is not None else torch.zeros_like(weight[:, 0])
         bias = kernels.bias_vector(self.bias.detach(), out_features)
+        if weight.dtype != torch.float32:  # the precision option: the Linear in that dtype, the family operator
+            return group_norm_chain(self.gemm(x), gn, prologue="add_hardtanh_mish", prologue_vectors=(bias,))
         row_scale = col_scale = None
         if self.gemm_variant == "fp32":
             with CublasFloat32Mode(tf32=False):

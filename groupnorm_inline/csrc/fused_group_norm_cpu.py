@@ -1,0 +1,529 @@
+"""C++ sources of the GroupNorm family kernel (the KernelBench level 2 problems with a GroupNorm): the operator
+schema, the Prologue/Epilogue functors and the chain table shared by the CPU and CUDA kernels, and the CPU kernels.
+
+One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sources, see `with_namespace`):
+
+  fused_group_norm(x (N, C, *), G, weight (C,), bias (C,), eps, prologue, epilogue, vectors, scalars,
+                   input_pool, output, output_pool) -> out
+
+      v   = Prologue(x[n, c, s], c)                         elementwise, before the statistics
+      v'  = max over a k x k window of v                    when input_pool = k > 1 (x 4-D, stride k, floor)
+      z   = (v' - mean[n, g]) * rstd[n, g] * weight[c] + bias[c]      GroupNorm of v' (biased variance)
+      e   = Epilogue(z, c)                                  elementwise, after the affine
+      out = e (N, C, *)                        output 0, "store"
+            mean of e over (C, *), (N,)        output 1, "mean_all"
+            mean of e over *, (N, C)           output 2, "mean_spatial"
+            max of e over k x k windows        output 3, "max_pool" (x 4-D, k = output_pool, stride k, floor)
+            min of e over C, (N, 1)            output 4, "min_channels" (x 2-D)
+
+  `vectors` are the functors' per-channel float32 vectors (C,) (the prologue's first, then the epilogue's), `scalars`
+  their constants. Prologue and Epilogue are compile-time functors (`Pro*`, `Epi*` below); the pairs the package
+  uses are instantiated once each, listed in GN_FAMILY_CHAINS with the paths (kernels) they are built for. x is
+  float32, float16 or bfloat16 and contiguous; everything is computed in float32 (statistics accumulated in
+  float64 on the CPU, shifted float32 partial sums combined in float64 on CUDA), out has x's dtype. For float16
+  and bfloat16 the functors round to that dtype where each op of the reference rounds (`rnd<T>`), and so does the
+  GroupNorm's output before the epilogue: KernelBench's precision option compares against eager PyTorch in that
+  dtype, whose GroupNorm amplifies the roundings of its input.
+
+The CPU kernel is the exact reference of the family: one task per sample, each (n, g) slice's values v' gathered
+in float32, two passes in float64 for the mean and the variance, then the same functors and the same affine
+formula as the CUDA kernels.
+"""
+
+from .activation import ACTIVATION_HEADER
+from .message import MESSAGE_HEADER
+
+FAMILY_NAMESPACE = "groupnorm_inline_family"
+
+FAMILY_SCHEMA = ("fused_group_norm(Tensor x, int num_groups, Tensor weight, Tensor bias, float eps, int prologue, "
+                 "int epilogue, Tensor[] vectors, float[] scalars, int input_pool, int output, int output_pool)"
+                 " -> Tensor")
+
+# The functor codes (ProOf/EpiOf below) and output codes are named in groupnorm_inline/problems/family.py.
+
+FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace gn_family {
+
+constexpr int kMaxVectors = 6;
+constexpr int kMaxScalars = 4;
+
+// The functors' operands: per-channel float32 vectors and float constants (kernel parameter space on CUDA).
+struct Args {
+  const float* vec[kMaxVectors];
+  float scal[kMaxScalars];
+};
+
+// torch.sigmoid in float32: 1 / (1 + exp(-z)) with the accurate exp (used before the statistics, where an
+// error is divided by the group's standard deviation).
+GN_HD float sigmoid_exact(float z) { return 1.0f / (1.0f + expf(-z)); }
+// torch.clamp(v, lo, hi) = min(max(v, lo), hi); NaN stays NaN, lo > hi gives hi.
+GN_HD float clamp_torch(float v, float lo, float hi) {
+  const float t = v < lo ? lo : v;
+  return t > hi ? hi : t;
+}
+// torch.minimum / torch.min(a, b): NaN if either is NaN.
+GN_HD float minimum_nan(float a, float b) { return (a != a || a < b) ? a : b; }
+GN_HD float maximum_nan(float a, float b) { return (a != a || a > b) ? a : b; }
+
+// v rounded to the data type T and back: eager PyTorch computes each elementwise op of float16/bfloat16 tensors in
+// float32 and rounds its result to the tensor's dtype, so the functors round where an op of the reference ends
+// (identity for float32). A GroupNorm divides by the group's spread, so matching these roundings keeps a float16 or
+// bfloat16 result next to the reference's rather than to the exact value.
+template <typename T>
+GN_HD float rnd(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    return static_cast<float>(static_cast<T>(v));
+  }
+}
+
+// Functors: `Functor<T>(args, vector offset, scalar offset)`, then f(value, channel) in float32, rounding as
+// the reference's ops on T tensors round.
+
+// ------------------------------------------------------------------ prologues: v = P(x, c), before the statistics
+
+template <typename T>
+struct ProIdentity {
+  static constexpr int kVectors = 0, kScalars = 0;
+  GN_HD ProIdentity(const Args&, int, int) {}
+  GN_HD float operator()(float x, int64_t) const { return x; }
+};
+
+// One gn_act activation as one PyTorch op: relu, gelu (erf), hardswish.
+template <typename T, int KIND>
+struct ProAct {
+  static constexpr int kVectors = 0, kScalars = 0;
+  gn_act::Params p;
+  GN_HD ProAct(const Args&, int, int) {}
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(gn_act::forward_as<KIND>(p, x)); }
+};
+template <typename T> using ProRelu = ProAct<T, gn_act::kRelu>;
+template <typename T> using ProGelu = ProAct<T, gn_act::kGelu>;
+template <typename T> using ProHardswish = ProAct<T, gn_act::kHardswish>;
+
+// torch.sigmoid(x) * x ("Swish", #60).
+template <typename T>
+struct ProSilu {
+  static constexpr int kVectors = 0, kScalars = 0;
+  GN_HD ProSilu(const Args&, int, int) {}
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(rnd<T>(sigmoid_exact(x)) * x); }
+};
+
+// sigmoid((x + bias[c]) * scale[c])  (#21: x + self.bias, * self.scale, torch.sigmoid).
+template <typename T>
+struct ProAddScaleSigmoid {
+  static constexpr int kVectors = 2, kScalars = 0;
+  const float* bias;
+  const float* scale;
+  GN_HD ProAddScaleSigmoid(const Args& a, int vo, int) : bias(a.vec[vo]), scale(a.vec[vo + 1]) {}
+  GN_HD float operator()(float x, int64_t c) const {
+    return rnd<T>(sigmoid_exact(rnd<T>(rnd<T>(x + bias[c]) * scale[c])));
+  }
+};
+
+// tanh(((x - mean[c]) * invstd[c]) * weight[c] + bias[c]): BatchNorm with given statistics (one op: rounded
+// once), then Tanh (#11).
+template <typename T>
+struct ProBatchNormTanh {
+  static constexpr int kVectors = 4, kScalars = 0;
+  const float* mean;
+  const float* invstd;
+  const float* weight;
+  const float* bias;
+  GN_HD ProBatchNormTanh(const Args& a, int vo, int)
+      : mean(a.vec[vo]), invstd(a.vec[vo + 1]), weight(a.vec[vo + 2]), bias(a.vec[vo + 3]) {}
+  GN_HD float operator()(float x, int64_t c) const {
+    return rnd<T>(gn_act::e_tanh(rnd<T>(((x - mean[c]) * invstd[c]) * weight[c] + bias[c])));
+  }
+};
+
+// torch.sigmoid(x) * x + bias[c]  (#37: Swish, then + self.bias).
+template <typename T>
+struct ProSiluAdd {
+  static constexpr int kVectors = 1, kScalars = 0;
+  const float* bias;
+  GN_HD ProSiluAdd(const Args& a, int vo, int) : bias(a.vec[vo]) {}
+  GN_HD float operator()(float x, int64_t c) const { return rnd<T>(rnd<T>(rnd<T>(sigmoid_exact(x)) * x) + bias[c]); }
+};
+
+// mish(hardtanh(x + bias[c], -1, 1))  (#94 after its Linear: + self.bias, Hardtanh, Mish).
+template <typename T>
+struct ProAddHardtanhMish {
+  static constexpr int kVectors = 1, kScalars = 0;
+  const float* bias;
+  GN_HD ProAddHardtanhMish(const Args& a, int vo, int) : bias(a.vec[vo]) {}
+  GN_HD float operator()(float x, int64_t c) const {
+    const float h = clamp_torch(rnd<T>(x + bias[c]), -1.0f, 1.0f);
+    return rnd<T>(h * gn_act::e_tanh(gn_act::e_log1p(gn_act::e_exp(h))));
+  }
+};
+
+// ------------------------------------------------------------------ epilogues: e = E(z, c), after the affine
+// z arrives rounded to T (the reference's GroupNorm output).
+
+template <typename T>
+struct EpiIdentity {
+  static constexpr int kVectors = 0, kScalars = 0;
+  GN_HD EpiIdentity(const Args&, int, int) {}
+  GN_HD float operator()(float z, int64_t) const { return z; }
+};
+
+template <typename T>
+struct EpiHardswish {
+  static constexpr int kVectors = 0, kScalars = 0;
+  gn_act::Params p;
+  GN_HD EpiHardswish(const Args&, int, int) {}
+  GN_HD float operator()(float z, int64_t) const { return rnd<T>(gn_act::forward_as<gn_act::kHardswish>(p, z)); }
+};
+
+// Hardtanh(min_val = scalars[0], max_val = scalars[1]).
+template <typename T>
+struct EpiHardtanh {
+  static constexpr int kVectors = 0, kScalars = 2;
+  float lo, hi;
+  GN_HD EpiHardtanh(const Args& a, int, int so) : lo(rnd<T>(a.scal[so])), hi(rnd<T>(a.scal[so + 1])) {}
+  GN_HD float operator()(float z, int64_t) const { return clamp_torch(z, lo, hi); }
+};
+
+// clamp(minimum(z, s0), s1, s2)  (#83: torch.min(x, min_value), torch.clamp(min_value, max_value)).
+template <typename T>
+struct EpiMinClamp {
+  static constexpr int kVectors = 0, kScalars = 3;
+  float cap, lo, hi;
+  GN_HD EpiMinClamp(const Args& a, int, int so)
+      : cap(rnd<T>(a.scal[so])), lo(rnd<T>(a.scal[so + 1])), hi(rnd<T>(a.scal[so + 2])) {}
+  GN_HD float operator()(float z, int64_t) const { return clamp_torch(minimum_nan(z, cap), lo, hi); }
+};
+
+// clamp(z * scale[c], s0, s1)  (#85: * self.scale, then the clamp, which commutes exactly with a max-pool:
+// both only select values and the clamp never reverses an order).
+template <typename T>
+struct EpiScaleClamp {
+  static constexpr int kVectors = 1, kScalars = 2;
+  const float* scale;
+  float lo, hi;
+  GN_HD EpiScaleClamp(const Args& a, int vo, int so)
+      : scale(a.vec[vo]), lo(rnd<T>(a.scal[so])), hi(rnd<T>(a.scal[so + 1])) {}
+  GN_HD float operator()(float z, int64_t c) const { return clamp_torch(rnd<T>(z * scale[c]), lo, hi); }
+};
+
+// t = leaky_relu(z, s0); t + t  (#62).
+template <typename T>
+struct EpiLeakyReluDouble {
+  static constexpr int kVectors = 0, kScalars = 1;
+  float slope;
+  GN_HD EpiLeakyReluDouble(const Args& a, int, int so) : slope(a.scal[so]) {}
+  GN_HD float operator()(float z, int64_t) const {
+    const float t = z > 0.0f ? z : rnd<T>(z * slope);
+    return rnd<T>(t + t);
+  }
+};
+
+// t = z * sigmoid(z) * w[c]; t * sigmoid(t)  (#88: x * torch.sigmoid(x), * multiply_weight, again Swish).
+template <typename T>
+struct EpiSiluMulSilu {
+  static constexpr int kVectors = 1, kScalars = 0;
+  const float* w;
+  GN_HD EpiSiluMulSilu(const Args& a, int vo, int) : w(a.vec[vo]) {}
+  GN_HD float operator()(float z, int64_t c) const {
+    const float t = rnd<T>(rnd<T>(z * rnd<T>(sigmoid_exact(z))) * w[c]);
+    return rnd<T>(t * rnd<T>(sigmoid_exact(t)));
+  }
+};
+
+// Codes (problems/family.py names them) -> functor templates.
+template <int CODE, typename T> struct ProOf;
+template <typename T> struct ProOf<0, T> { using type = ProIdentity<T>; };
+template <typename T> struct ProOf<1, T> { using type = ProRelu<T>; };
+template <typename T> struct ProOf<2, T> { using type = ProGelu<T>; };
+template <typename T> struct ProOf<3, T> { using type = ProHardswish<T>; };
+template <typename T> struct ProOf<4, T> { using type = ProSilu<T>; };
+template <typename T> struct ProOf<5, T> { using type = ProAddScaleSigmoid<T>; };
+template <typename T> struct ProOf<6, T> { using type = ProBatchNormTanh<T>; };
+template <typename T> struct ProOf<7, T> { using type = ProSiluAdd<T>; };
+template <typename T> struct ProOf<8, T> { using type = ProAddHardtanhMish<T>; };
+
+template <int CODE, typename T> struct EpiOf;
+template <typename T> struct EpiOf<0, T> { using type = EpiIdentity<T>; };
+template <typename T> struct EpiOf<1, T> { using type = EpiHardswish<T>; };
+template <typename T> struct EpiOf<2, T> { using type = EpiHardtanh<T>; };
+template <typename T> struct EpiOf<3, T> { using type = EpiMinClamp<T>; };
+template <typename T> struct EpiOf<4, T> { using type = EpiScaleClamp<T>; };
+template <typename T> struct EpiOf<5, T> { using type = EpiLeakyReluDouble<T>; };
+template <typename T> struct EpiOf<6, T> { using type = EpiSiluMulSilu<T>; };
+
+enum Output : int { kStore = 0, kMeanAll = 1, kMeanSpatial = 2, kMaxPool = 3, kMinChannels = 4 };
+enum Path : int { kSlicePath = 1, kRowsPath = 2 };
+
+// The chains built, X(prologue, epilogue, paths): the slice path (statistics over (n, g) slices of any size,
+// every output but min_channels) for the convolution problems, the rows path (2-D x, a warp per (row, group),
+// outputs store and min_channels) for the GEMM problems. Plain GroupNorm (0, 0) takes both.
+#define GN_FAMILY_CHAINS(X) \
+  X(0, 0, 3) X(6, 0, 1) X(2, 0, 1) X(5, 0, 1) X(3, 0, 1) X(4, 1, 1) X(1, 0, 1) X(0, 3, 1) X(0, 4, 1) \
+  X(0, 2, 2) X(7, 0, 2) X(0, 5, 2) X(0, 6, 2) X(8, 0, 2)
+
+inline int chain_paths(int64_t pro, int64_t epi) {
+#define GN_FAMILY_PATHS(P, E, PATHS) if (pro == P && epi == E) return PATHS;
+  GN_FAMILY_CHAINS(GN_FAMILY_PATHS)
+#undef GN_FAMILY_PATHS
+  return 0;
+}
+
+inline int chain_vector_count(int64_t pro, int64_t epi, int* scalars) {
+#define GN_FAMILY_COUNTS(P, E, PATHS)                                                        \
+  if (pro == P && epi == E) {                                                                \
+    *scalars = ProOf<P, float>::type::kScalars + EpiOf<E, float>::type::kScalars;                          \
+    return ProOf<P, float>::type::kVectors + EpiOf<E, float>::type::kVectors;                              \
+  }
+  GN_FAMILY_CHAINS(GN_FAMILY_COUNTS)
+#undef GN_FAMILY_COUNTS
+  *scalars = 0;
+  return -1;
+}
+
+// What one call computes, checked and resolved by `prepare` (host only).
+struct Problem {
+  int64_t N = 0, C = 0, G = 0, cpg = 0;
+  int64_t H = 1, W = 1;        // the last two dims of x when a pool needs them
+  int64_t S_in = 1;            // spatial elements of x per (n, c)
+  int64_t S = 1;               // spatial elements of the GroupNorm input per (n, c) (after input_pool)
+  int64_t in_pool = 1, out_pool = 1;
+  int64_t OH = 1, OW = 1;      // max_pool output
+  int output = kStore;
+  float eps = 1e-5f;
+  Args args{};
+};
+
+inline std::vector<int64_t> output_shape(const at::Tensor& x, const Problem& p) {
+  switch (p.output) {
+    case kMeanAll: return {p.N};
+    case kMeanSpatial: return {p.N, p.C};
+    case kMinChannels: return {p.N, 1};
+    case kMaxPool: return {p.N, p.C, p.OH, p.OW};
+    default: break;
+  }
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  if (p.in_pool > 1) {
+    shape[2] = p.H / p.in_pool;
+    shape[3] = p.W / p.in_pool;
+  }
+  return shape;
+}
+
+// Checks every argument, fills a Problem (vectors as float32 contiguous copies kept alive in `keep`).
+inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps, int64_t prologue, int64_t epilogue, at::TensorList vectors, at::ArrayRef<double> scalars,
+                       int64_t input_pool, int64_t output, int64_t output_pool, std::vector<at::Tensor>& keep) {
+  const at::ScalarType t = x.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+              gn_inline_msg::not_implemented_for("fused_group_norm", t));
+  TORCH_CHECK(x.dim() >= 2, gn_inline_msg::cat("fused_group_norm: expected an input of at least 2 dimensions "
+                                               "(N, C, *), got shape ", gn_inline_msg::shape(x.sizes())));
+  TORCH_CHECK(x.is_contiguous(), "fused_group_norm: expected a contiguous input");
+  Problem p;
+  p.N = x.size(0);
+  p.C = x.size(1);
+  p.G = num_groups;
+  p.eps = static_cast<float>(eps);
+  TORCH_CHECK(num_groups > 0, gn_inline_msg::cat("Expected num groups to be greater than 0, got ", num_groups));
+  TORCH_CHECK(p.C % num_groups == 0,
+              gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got "
+                                 "input of shape ", gn_inline_msg::shape(x.sizes()), " and num_groups=", num_groups));
+  p.cpg = p.C / p.G;
+  for (int64_t d = 2; d < x.dim(); ++d) p.S_in *= x.size(d);
+  const int paths = chain_paths(prologue, epilogue);
+  TORCH_CHECK(paths != 0, gn_inline_msg::cat("fused_group_norm: the chain (prologue ", prologue, ", epilogue ",
+                                             epilogue, ") is not built; see GN_FAMILY_CHAINS"));
+  TORCH_CHECK(output >= kStore && output <= kMinChannels,
+              gn_inline_msg::cat("fused_group_norm: unknown output code ", output));
+  p.output = static_cast<int>(output);
+  p.in_pool = input_pool < 1 ? 1 : input_pool;
+  p.out_pool = output_pool < 1 ? 1 : output_pool;
+  if (p.in_pool > 1 || output == kMaxPool) {
+    TORCH_CHECK(x.dim() == 4, gn_inline_msg::cat("fused_group_norm: a max-pool needs a 4-D input (N, C, H, W), "
+                                                 "got shape ", gn_inline_msg::shape(x.sizes())));
+    p.H = x.size(2);
+    p.W = x.size(3);
+  }
+  TORCH_CHECK(!(p.in_pool > 1 && output == kMaxPool), "fused_group_norm: input_pool and a max_pool output together");
+  p.S = p.S_in;
+  if (p.in_pool > 1) {
+    TORCH_CHECK(p.H >= p.in_pool && p.W >= p.in_pool,
+                gn_inline_msg::cat("fused_group_norm: input_pool ", p.in_pool, " larger than the input ",
+                                   gn_inline_msg::shape(x.sizes())));
+    p.S = (p.H / p.in_pool) * (p.W / p.in_pool);
+  }
+  if (output == kMaxPool) {
+    TORCH_CHECK(p.out_pool > 1 && p.H >= p.out_pool && p.W >= p.out_pool,
+                gn_inline_msg::cat("fused_group_norm: max_pool window ", p.out_pool, " does not fit the input ",
+                                   gn_inline_msg::shape(x.sizes())));
+    p.OH = p.H / p.out_pool;
+    p.OW = p.W / p.out_pool;
+  }
+  if (output == kMinChannels) {
+    TORCH_CHECK(x.dim() == 2, "fused_group_norm: the min_channels output takes a 2-D input (N, C)");
+  }
+  TORCH_CHECK((paths & kRowsPath) || output != kMinChannels,
+              "fused_group_norm: this chain is not built for the min_channels output");
+  if (!(paths & kSlicePath)) {
+    TORCH_CHECK(x.dim() == 2 && (output == kStore || output == kMinChannels),
+                gn_inline_msg::cat("fused_group_norm: the chain (prologue ", prologue, ", epilogue ", epilogue,
+                                   ") is built for 2-D inputs (N, C) and the store/min_channels outputs only"));
+  }
+  TORCH_CHECK(p.N * p.cpg * p.S > 1 || p.N == 0,
+              gn_inline_msg::cat("Expected more than 1 value per channel when training, got input size ",
+                                 gn_inline_msg::shape(x.sizes())));
+  int n_scalars = 0;
+  const int n_vectors = chain_vector_count(prologue, epilogue, &n_scalars);
+  TORCH_CHECK(static_cast<int64_t>(vectors.size()) == n_vectors && static_cast<int64_t>(scalars.size()) == n_scalars,
+              gn_inline_msg::cat("fused_group_norm: the chain takes ", n_vectors, " vectors and ", n_scalars,
+                                 " scalars, got ", vectors.size(), " and ", scalars.size()));
+  auto as_vector = [&](const at::Tensor& v, const char* what) -> const float* {
+    TORCH_CHECK(v.numel() == p.C, gn_inline_msg::cat("fused_group_norm: expected ", what, " of ", p.C,
+                                                     " elements, got shape ", gn_inline_msg::shape(v.sizes())));
+    TORCH_CHECK(v.device() == x.device(),
+                gn_inline_msg::cat("Expected all tensors to be on the same device, but found at least two devices, ",
+                                   x.device().str(), " and ", v.device().str(), "!"));
+    keep.push_back(v.reshape({p.C}).to(at::kFloat).contiguous());
+    return keep.back().data_ptr<float>();
+  };
+  for (int i = 0; i < n_vectors; ++i) p.args.vec[i] = as_vector(vectors[i], "a chain vector");
+  for (int i = 0; i < n_scalars; ++i) p.args.scal[i] = static_cast<float>(scalars[i]);
+  p.args.vec[kMaxVectors - 2] = as_vector(weight, "weight");
+  p.args.vec[kMaxVectors - 1] = as_vector(bias, "bias");
+  return p;
+}
+
+// v' at (channel row `xr` of length S_in, GroupNorm position s): the prologue, max-pooled when in_pool > 1.
+template <typename T, class Pro>
+GN_HD float load_value(const T* xr, int64_t s, int64_t c, const Pro& pro, const Problem& p) {
+  if (p.in_pool <= 1) return pro(static_cast<float>(xr[s]), c);
+  const int64_t ow = p.W / p.in_pool;
+  const int64_t h0 = (s / ow) * p.in_pool, w0 = (s % ow) * p.in_pool;
+  float m = -INFINITY;
+  for (int64_t i = 0; i < p.in_pool; ++i)
+    for (int64_t j = 0; j < p.in_pool; ++j) m = maximum_nan(m, pro(static_cast<float>(xr[(h0 + i) * p.W + w0 + j]), c));
+  return m;
+}
+
+}  // namespace gn_family
+"""
+
+FAMILY_CPU_TEMPLATE = FAMILY_COMMON_TEMPLATE + r"""
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+
+namespace gn_family {
+
+template <typename T, int P, int E>
+void run_cpu(const at::Tensor& x, const Problem& p, at::Tensor& out) {
+  using Pro = typename ProOf<P, T>::type;
+  using Epi = typename EpiOf<E, T>::type;
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const float* gw = p.args.vec[kMaxVectors - 2];
+  const float* gb = p.args.vec[kMaxVectors - 1];
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  const int64_t slice = p.cpg * p.S;
+  at::parallel_for(0, p.N, 1, [&](int64_t first, int64_t last) {
+    std::vector<float> v(static_cast<size_t>(slice));
+    for (int64_t n = first; n < last; ++n) {
+      double total = 0.0;                                       // mean_all
+      float row_min = std::numeric_limits<float>::infinity();   // min_channels
+      for (int64_t g = 0; g < p.G; ++g) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < p.cpg; ++j) {
+          const int64_t c = g * p.cpg + j;
+          const T* xr = xp + (n * p.C + c) * p.S_in;
+          for (int64_t s = 0; s < p.S; ++s) {
+            const float val = load_value<T, Pro>(xr, s, c, pro, p);
+            v[j * p.S + s] = val;
+            sum += val;
+          }
+        }
+        const double mean = sum / static_cast<double>(slice);
+        double m2 = 0.0;
+        for (int64_t i = 0; i < slice; ++i) m2 += (v[i] - mean) * (v[i] - mean);
+        const float meanf = static_cast<float>(mean);
+        const float rstd = static_cast<float>(1.0 / std::sqrt(m2 / static_cast<double>(slice) + p.eps));
+        for (int64_t j = 0; j < p.cpg; ++j) {
+          const int64_t c = g * p.cpg + j;
+          const float* vr = v.data() + j * p.S;
+          auto e_at = [&](int64_t s) { return epi(rnd<T>(std::fma((vr[s] - meanf) * rstd, gw[c], gb[c])), c); };
+          if (p.output == kStore) {
+            T* o = op + (n * p.C + c) * p.S;
+            for (int64_t s = 0; s < p.S; ++s) o[s] = static_cast<T>(e_at(s));
+          } else if (p.output == kMeanAll || p.output == kMeanSpatial) {
+            double channel = 0.0;
+            for (int64_t s = 0; s < p.S; ++s) channel += e_at(s);
+            total += channel;
+            if (p.output == kMeanSpatial) op[n * p.C + c] = static_cast<T>(channel / static_cast<double>(p.S));
+          } else if (p.output == kMinChannels) {
+            for (int64_t s = 0; s < p.S; ++s) row_min = minimum_nan(row_min, e_at(s));
+          } else {  // kMaxPool, window out_pool, stride out_pool
+            T* o = op + (n * p.C + c) * p.OH * p.OW;
+            for (int64_t oh = 0; oh < p.OH; ++oh)
+              for (int64_t ow = 0; ow < p.OW; ++ow) {
+                float m = -std::numeric_limits<float>::infinity();
+                for (int64_t i = 0; i < p.out_pool; ++i)
+                  for (int64_t k = 0; k < p.out_pool; ++k)
+                    m = maximum_nan(m, e_at((oh * p.out_pool + i) * p.W + ow * p.out_pool + k));
+                o[oh * p.OW + ow] = static_cast<T>(m);
+              }
+          }
+        }
+      }
+      if (p.output == kMeanAll) op[n] = static_cast<T>(total / static_cast<double>(p.C * p.S));
+      if (p.output == kMinChannels) op[n] = static_cast<T>(row_min);
+    }
+  });
+}
+
+template <typename T>
+void dispatch_cpu(const at::Tensor& x, int64_t pro, int64_t epi, const Problem& p, at::Tensor& out) {
+#define GN_FAMILY_CPU_CASE(P, E, PATHS) \
+  if (pro == P && epi == E) return run_cpu<T, P, E>(x, p, out);
+  GN_FAMILY_CHAINS(GN_FAMILY_CPU_CASE)
+#undef GN_FAMILY_CPU_CASE
+}
+
+at::Tensor fused_group_norm_cpu(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                                const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
+                                at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
+                                int64_t output, int64_t output_pool) {
+  TORCH_CHECK(x.device().is_cpu(), "fused_group_norm_cpu: expected a CPU tensor");
+  std::vector<at::Tensor> keep;
+  const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
+                            output, output_pool, keep);
+  at::Tensor out = at::empty(output_shape(x, p), x.options());
+  if (p.N == 0 || p.C == 0) return out;
+  switch (x.scalar_type()) {
+    case at::kHalf: dispatch_cpu<c10::Half>(x, prologue, epilogue, p, out); break;
+    case at::kBFloat16: dispatch_cpu<c10::BFloat16>(x, prologue, epilogue, p, out); break;
+    default: dispatch_cpu<float>(x, prologue, epilogue, p, out); break;
+  }
+  return out;
+}
+
+}  // namespace gn_family
+
+TORCH_LIBRARY(GN_NAMESPACE, m) {
+  m.def("@FAMILY_SCHEMA@");
+}
+
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
+  m.impl("fused_group_norm", &gn_family::fused_group_norm_cpu);
+}
+""".replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA)

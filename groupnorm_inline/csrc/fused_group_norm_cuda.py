@@ -1,0 +1,353 @@
+"""CUDA source of the GroupNorm family kernel (operator and functors described in `fused_group_norm_cpu`).
+
+Two paths, chosen per chain (GN_FAMILY_CHAINS) and input:
+
+Slice path (the convolution problems: (n, g) slices of cpg * S values, S up to 10^5): three launches.
+  1. `stats_kernel`: one CTA per (n, c) row chunk of kThreads * kItems GroupNorm inputs v' (the prologue applied,
+     max-pooled when input_pool > 1): float32 sums of (v' - K) and (v' - K)^2 per thread, K = v' at the first
+     position of the group (a shift that keeps the sum of squares from cancelling when the mean is large
+     against the spread), combined over the CTA in float64 into one partial per chunk.
+  2. `group_stats_kernel`: one warp per (n, g) adds the group's cpg * chunks partials in float64, in a fixed
+     order (no atomics: the result does not depend on scheduling), and writes (mean, rstd) as float32.
+  3. `apply_kernel<OUTPUT>`: one CTA per row chunk recomputes v' from x, normalises, applies the affine and the
+     epilogue, then stores e (store), reduces it to per-chunk float64 partial sums (mean_all, mean_spatial, added
+     by `mean_kernel`), or takes the max over each pooling window (max_pool, chunks of output pixels).
+  x is read twice and the output written once; loads are issued kItems at a time before they are used.
+
+Rows path (the GEMM problems: x (N, C), slices of cpg contiguous values): `rows_kernel`, one CTA per row, each
+warp takes groups warp, warp + 8, ...; a lane holds the values lane, lane + 32, ... of the group in registers
+(PER of them: cpg <= 64 -> 2, <= 512 -> 16; wider groups take three sweeps over global memory), so x is read
+once; mean and centred sum of squares by warp shuffles. min_channels keeps a running min per warp and reduces
+it over the CTA: only (N, 1) is written.
+"""
+
+from .common_cuda import COMMON_CUDA_HEADER
+from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
+
+FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
+#include <climits>
+
+namespace gn_family {
+
+constexpr int kThreads = 256;
+constexpr int kItems = 8;                       // GroupNorm inputs per thread per chunk
+constexpr int64_t kChunk = kThreads * kItems;   // per CTA of the slice path
+constexpr int kWarps = kThreads / 32;
+
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) stats_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
+                                                         double2* __restrict__ partial) {
+  __shared__ double scratch[64];
+  const int64_t task = blockIdx.x;
+  const int64_t row = task / chunks, chunk = task - row * chunks;
+  const int64_t n = row / p.C, c = row - n * p.C, c_first = (c / p.cpg) * p.cpg;
+  const Pro pro(p.args, 0, 0);
+  const float shift = load_value<T, Pro>(x + (n * p.C + c_first) * p.S_in, 0, c_first, pro, p);
+  const T* xr = x + row * p.S_in;
+  const int64_t begin = chunk * kChunk + threadIdx.x;
+  float d[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
+    d[i] = s < p.S ? load_value<T, Pro>(xr, s, c, pro, p) - shift : 0.0f;
+  }
+  float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    s1 += d[i];
+    s2 = fmaf(d[i], d[i], s2);
+  }
+  double a = s1, b = s2;
+  gn_inline::block_sum2(a, b, scratch);
+  if (threadIdx.x == 0) partial[task] = make_double2(a, b);
+}
+
+// One warp per (n, g): float2 (mean, rstd) from the cpg * chunks partials of its rows.
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
+                                                               const double2* __restrict__ partial,
+                                                               float2* __restrict__ stats) {
+  const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (group >= p.N * p.G) return;  // whole warps leave together
+  const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
+  const int64_t first = (n * p.C + c_first) * chunks, count = p.cpg * chunks;
+  double a = 0.0, b = 0.0;
+  for (int64_t i = lane; i < count; i += 32) {
+    const double2 q = partial[first + i];
+    a += q.x;
+    b += q.y;
+  }
+  a = gn_inline::warp_sum(a);
+  b = gn_inline::warp_sum(b);
+  if (lane == 0) {
+    const Pro pro(p.args, 0, 0);
+    const float shift = load_value<T, Pro>(x + (n * p.C + c_first) * p.S_in, 0, c_first, pro, p);
+    const double cnt = static_cast<double>(p.cpg * p.S);
+    const double m = a / cnt;
+    const double var = fmax(b / cnt - m * m, 0.0);
+    stats[group] = make_float2(static_cast<float>(static_cast<double>(shift) + m),
+                               static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps))));
+  }
+}
+
+template <typename T, class Pro, class Epi, int OUTPUT>
+__global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
+                                                         const float2* __restrict__ stats, T* __restrict__ out,
+                                                         double* __restrict__ sums) {
+  const int64_t task = blockIdx.x;
+  const int64_t row = task / chunks, chunk = task - row * chunks;
+  const int64_t n = row / p.C, c = row - n * p.C;
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const float2 st = stats[n * p.G + c / p.cpg];
+  const float w = p.args.vec[kMaxVectors - 2][c], b = p.args.vec[kMaxVectors - 1][c];
+  const T* xr = x + row * p.S_in;
+  const int64_t begin = chunk * kChunk + threadIdx.x;
+  if constexpr (OUTPUT == kMaxPool) {
+    const int64_t pixels = p.OH * p.OW;
+    T* o = out + row * pixels;
+#pragma unroll 2
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t q = begin + static_cast<int64_t>(i) * kThreads;
+      if (q < pixels) {
+        const int64_t h0 = (q / p.OW) * p.out_pool, w0 = (q % p.OW) * p.out_pool;
+        float m = -INFINITY;
+        for (int64_t u = 0; u < p.out_pool; ++u)
+          for (int64_t k = 0; k < p.out_pool; ++k) {
+            const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
+            m = maximum_nan(m, epi(rnd<T>(fmaf((v - st.x) * st.y, w, b)), c));
+          }
+        o[q] = static_cast<T>(m);
+      }
+    }
+  } else {
+    float v[kItems];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
+      v[i] = s < p.S ? load_value<T, Pro>(xr, s, c, pro, p) : 0.0f;
+    }
+    if constexpr (OUTPUT == kStore) {
+      T* o = out + row * p.S;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
+        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c));
+      }
+    } else {  // kMeanAll, kMeanSpatial: the chunk's sum of e
+      __shared__ double scratch[64];
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) {
+        const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
+        if (s < p.S) acc += epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c);
+      }
+      double a = acc, unused = 0.0;
+      gn_inline::block_sum2(a, unused, scratch);
+      if (threadIdx.x == 0) sums[task] = a;
+    }
+  }
+}
+
+// out[i] = (sum of sums[i * per_output .. (i + 1) * per_output)) / count, one thread per output.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) mean_kernel(const double* __restrict__ sums, int64_t outputs,
+                                                        int64_t per_output, double count, T* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= outputs) return;
+  double a = 0.0;
+  for (int64_t j = 0; j < per_output; ++j) a += sums[i * per_output + j];
+  out[i] = static_cast<T>(a / count);
+}
+
+__device__ __forceinline__ float warp_min_nan(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = minimum_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// One CTA per row of x (N, C); PER values per lane in registers (0: three sweeps over global memory).
+template <typename T, class Pro, class Epi, int PER, bool MIN>
+__global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x, const Problem p, T* __restrict__ out) {
+  const int64_t row = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const float* gw = p.args.vec[kMaxVectors - 2];
+  const float* gb = p.args.vec[kMaxVectors - 1];
+  const float cnt = static_cast<float>(p.cpg);
+  [[maybe_unused]] float run_min = INFINITY;
+  for (int64_t g = warp; g < p.G; g += kWarps) {
+    const int64_t c0 = g * p.cpg;
+    const T* xs = x + row * p.C + c0;
+    [[maybe_unused]] T* os = out + row * p.C + c0;
+    if constexpr (PER > 0) {
+      float v[PER];
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int64_t i = lane + 32 * j;
+        v[j] = i < p.cpg ? pro(static_cast<float>(xs[i]), c0 + i) : 0.0f;
+        sum += v[j];
+      }
+      const float mean = gn_inline::warp_sum(sum) / cnt;
+      float sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int64_t i = lane + 32 * j;
+        const float dv = i < p.cpg ? v[j] - mean : 0.0f;
+        sq = fmaf(dv, dv, sq);
+      }
+      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int64_t i = lane + 32 * j;
+        if (i < p.cpg) {
+          const float e = epi(rnd<T>(fmaf((v[j] - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+          if constexpr (MIN) run_min = minimum_nan(run_min, e);
+          else os[i] = static_cast<T>(e);
+        }
+      }
+    } else {
+      float sum = 0.0f;
+      for (int64_t i = lane; i < p.cpg; i += 32) sum += pro(static_cast<float>(xs[i]), c0 + i);
+      const float mean = gn_inline::warp_sum(sum) / cnt;
+      float sq = 0.0f;
+      for (int64_t i = lane; i < p.cpg; i += 32) {
+        const float dv = pro(static_cast<float>(xs[i]), c0 + i) - mean;
+        sq = fmaf(dv, dv, sq);
+      }
+      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      for (int64_t i = lane; i < p.cpg; i += 32) {
+        const float v = pro(static_cast<float>(xs[i]), c0 + i);
+        const float e = epi(rnd<T>(fmaf((v - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+        if constexpr (MIN) run_min = minimum_nan(run_min, e);
+        else os[i] = static_cast<T>(e);
+      }
+    }
+  }
+  if constexpr (MIN) {
+    __shared__ float mins[kWarps];
+    run_min = warp_min_nan(run_min);
+    if (lane == 0) mins[warp] = run_min;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = mins[0];
+      for (int k = 1; k < kWarps; ++k) m = minimum_nan(m, mins[k]);
+      out[row] = static_cast<T>(m);
+    }
+  }
+}
+
+inline unsigned grid_of(int64_t blocks, const char* what) {
+  TORCH_CHECK(blocks <= INT_MAX, gn_inline_msg::cat("fused_group_norm: ", what, " too large for one launch"));
+  return static_cast<unsigned>(blocks);
+}
+
+template <typename T, class Pro, class Epi, bool MIN>
+void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
+  const unsigned grid = grid_of(p.N, "batch");
+  if (p.cpg <= 64) rows_kernel<T, Pro, Epi, 2, MIN><<<grid, kThreads, 0, stream>>>(x, p, out);
+  else if (p.cpg <= 512) rows_kernel<T, Pro, Epi, 16, MIN><<<grid, kThreads, 0, stream>>>(x, p, out);
+  else rows_kernel<T, Pro, Epi, 0, MIN><<<grid, kThreads, 0, stream>>>(x, p, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, class Pro, class Epi>
+void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
+  const T* x = x_t.data_ptr<T>();
+  T* out = out_t.data_ptr<T>();
+  const int64_t rows = p.N * p.C, chunks = (p.S + kChunk - 1) / kChunk;
+  at::Tensor partial = at::empty({rows * chunks, 2}, x_t.options().dtype(at::kDouble));
+  at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
+  auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
+  auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
+  stats_kernel<T, Pro><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(x, p, chunks, partial_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+      x, p, chunks, partial_p, stats_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  switch (p.output) {
+    case kMaxPool: {
+      const int64_t out_chunks = (p.OH * p.OW + kChunk - 1) / kChunk;
+      apply_kernel<T, Pro, Epi, kMaxPool><<<grid_of(rows * out_chunks, "input"), kThreads, 0, stream>>>(
+          x, p, out_chunks, stats_p, out, nullptr);
+      break;
+    }
+    case kMeanAll:
+    case kMeanSpatial: {
+      at::Tensor sums = at::empty({rows * chunks}, x_t.options().dtype(at::kDouble));
+      double* sums_p = sums.data_ptr<double>();
+      if (p.output == kMeanAll)
+        apply_kernel<T, Pro, Epi, kMeanAll><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
+            x, p, chunks, stats_p, nullptr, sums_p);
+      else
+        apply_kernel<T, Pro, Epi, kMeanSpatial><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
+            x, p, chunks, stats_p, nullptr, sums_p);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const bool all = p.output == kMeanAll;
+      const int64_t outputs = all ? p.N : rows;
+      mean_kernel<T><<<grid_of((outputs + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+          sums_p, outputs, all ? p.C * chunks : chunks, static_cast<double>(all ? p.C * p.S : p.S), out);
+      break;
+    }
+    default:
+      apply_kernel<T, Pro, Epi, kStore><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
+          x, p, chunks, stats_p, out, nullptr);
+      break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T, int P, int E, int PATHS>
+void run_cuda(const at::Tensor& x, const Problem& p, at::Tensor& out, cudaStream_t stream) {
+  using Pro = typename ProOf<P, T>::type;
+  using Epi = typename EpiOf<E, T>::type;
+  if constexpr ((PATHS & kRowsPath) != 0) {
+    if (x.dim() == 2 && (p.output == kStore || p.output == kMinChannels)) {
+      if (p.output == kMinChannels) launch_rows<T, Pro, Epi, true>(x.data_ptr<T>(), p, out.data_ptr<T>(), stream);
+      else launch_rows<T, Pro, Epi, false>(x.data_ptr<T>(), p, out.data_ptr<T>(), stream);
+      return;
+    }
+  }
+  if constexpr ((PATHS & kSlicePath) != 0) {
+    launch_slices<T, Pro, Epi>(x, p, out, stream);
+  }
+}
+
+template <typename T>
+void dispatch_cuda(const at::Tensor& x, int64_t pro, int64_t epi, const Problem& p, at::Tensor& out,
+                   cudaStream_t stream) {
+#define GN_FAMILY_CUDA_CASE(P, E, PATHS) \
+  if (pro == P && epi == E) return run_cuda<T, P, E, PATHS>(x, p, out, stream);
+  GN_FAMILY_CHAINS(GN_FAMILY_CUDA_CASE)
+#undef GN_FAMILY_CUDA_CASE
+}
+
+at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                                 const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
+                                 at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
+                                 int64_t output, int64_t output_pool) {
+  TORCH_CHECK(x.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
+  const c10::cuda::CUDAGuard guard(x.device());
+  std::vector<at::Tensor> keep;
+  const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
+                            output, output_pool, keep);
+  at::Tensor out = at::empty(output_shape(x, p), x.options());
+  if (p.N == 0 || p.C == 0) return out;
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  switch (x.scalar_type()) {
+    case at::kHalf: dispatch_cuda<c10::Half>(x, prologue, epilogue, p, out, stream); break;
+    case at::kBFloat16: dispatch_cuda<c10::BFloat16>(x, prologue, epilogue, p, out, stream); break;
+    default: dispatch_cuda<float>(x, prologue, epilogue, p, out, stream); break;
+  }
+  return out;
+}
+
+}  // namespace gn_family
+
+TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
+  m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
+}
+"""

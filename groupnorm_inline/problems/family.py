@@ -1,0 +1,91 @@
+"""The GroupNorm family of KernelBench level 2: one fused operator for "elementwise chain -> GroupNorm ->
+elementwise chain -> optional reduction", used by the problem modules after their convolution or GEMM.
+
+    out = Output(Epilogue(GroupNorm(Pool(Prologue(x)))))
+
+A problem module names its pieces (`group_norm_chain(x, gn, prologue=..., epilogue=..., output=...)`); the
+kernels (csrc/fused_group_norm_cpu.py, csrc/fused_group_norm_cuda.py) have one compile-time functor per name
+and build the (prologue, epilogue) pairs listed in their GN_FAMILY_CHAINS. Every piece computes what the
+PyTorch op it replaces computes, in float32 for float32, float16 and bfloat16 data, rounding to the data's dtype
+where each replaced op would (the output in the input's dtype). The same operator runs on the CPU (the C++ reference kernel, float64 statistics) and on CUDA.
+
+Prologues (per element, before the statistics; vectors are per-channel parameters):
+    identity, relu, gelu (erf), hardswish, silu (x * sigmoid(x)),
+    add_scale_sigmoid [bias, scale]              sigmoid((x + bias) * scale)
+    batch_norm_tanh [mean, invstd, weight, bias] tanh((x - mean) * invstd * weight + bias)
+    silu_add [bias]                              x * sigmoid(x) + bias
+    add_hardtanh_mish [bias]                     mish(hardtanh(x + bias, -1, 1))
+Epilogues (per element, after the affine):
+    identity, hardswish,
+    hardtanh (min, max)                          clamp(z, min, max)
+    min_clamp (cap, lo, hi)                      clamp(minimum(z, cap), lo, hi)
+    scale_clamp [scale] (lo, hi)                 clamp(z * scale, lo, hi)
+    leaky_relu_double (slope)                    t = leaky_relu(z, slope); t + t
+    silu_mul_silu [w]                            t = silu(z) * w; silu(t)
+Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
+
+PROLOGUES = {"identity": 0, "relu": 1, "gelu": 2, "hardswish": 3, "silu": 4, "add_scale_sigmoid": 5,
+             "batch_norm_tanh": 6, "silu_add": 7, "add_hardtanh_mish": 8}
+EPILOGUES = {"identity": 0, "hardswish": 1, "hardtanh": 2, "min_clamp": 3, "scale_clamp": 4,
+             "leaky_relu_double": 5, "silu_mul_silu": 6}
+OUTPUTS = {"store": 0, "mean_all": 1, "mean_spatial": 2, "max_pool": 3, "min_channels": 4}
+
+
+def channel_vector(param: torch.Tensor, channels: int) -> torch.Tensor:
+    """The (channels,) vector of a per-channel parameter that broadcasts along dim 1 of (N, C, *): shapes
+    (C,) for 2-D inputs, (C, 1, ..., 1) or (1, C, 1, ..., 1) for N-D ones."""
+    if param.numel() == channels and sum(d != 1 for d in param.shape) <= 1:
+        return param.detach().reshape(channels)
+    raise RuntimeError(f"expected a per-channel parameter of {channels} elements, got shape {tuple(param.shape)}")
+
+
+def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_vectors=(), prologue_scalars=(),
+                     epilogue: str = "identity", epilogue_vectors=(), epilogue_scalars=(), input_pool: int = 1,
+                     output: str = "store", output_pool: int = 1) -> torch.Tensor:
+    """One launch sequence of the family operator: `gn` (an nn.GroupNorm) applied to Pool(Prologue(x)), then
+    the epilogue and the output reduction. x: (N, C, *) float32/float16/bfloat16; never written."""
+    channels = x.shape[1] if x.dim() >= 2 else 0
+    weight = gn.weight.detach() if gn.weight is not None else x.new_ones(channels)
+    bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
+    vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
+    scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
+    return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps, PROLOGUES[prologue],
+                                        EPILOGUES[epilogue], vectors, scalars, input_pool, OUTPUTS[output],
+                                        output_pool)
+
+
+def batch_norm_statistics(bn, x: torch.Tensor):
+    """(mean, invstd) per channel that `bn` (an nn.BatchNorm*d) normalises x (N, C, *) with in its forward, and
+    the same update of its buffers: in training mode (or without running statistics) the batch's own mean and
+    biased variance, running_mean/running_var moved by the momentum (the unbiased variance, as PyTorch) and
+    num_batches_tracked counted; in eval mode the running statistics."""
+    factor = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        factor = 1.0 / float(bn.num_batches_tracked) if bn.momentum is None else bn.momentum
+    use_batch = bn.training or (bn.running_mean is None and bn.running_var is None)
+    with torch.no_grad():
+        if not use_batch:
+            return bn.running_mean.float(), torch.rsqrt(bn.running_var.float() + bn.eps)
+        dims = [0] + list(range(2, x.dim()))
+        var, mean = torch.var_mean(x.float(), dim=dims, unbiased=False)  # float32 statistics for half data too
+        count = x.numel() // x.shape[1]
+        if bn.training and bn.running_mean is not None and bn.running_var is not None:
+            unbiased = var * (count / max(count - 1, 1))
+            bn.running_mean.mul_(1.0 - factor).add_((mean * factor).to(bn.running_mean.dtype))
+            bn.running_var.mul_(1.0 - factor).add_((unbiased * factor).to(bn.running_var.dtype))
+        return mean, 1.0 / torch.sqrt(var + bn.eps)
+
+
+def batch_norm_affine(bn, channels: int, like: torch.Tensor):
+    """(weight, bias) of `bn`, ones and zeros when it has no affine parameters."""
+    weight = bn.weight.detach() if bn.weight is not None else like.new_ones(channels)
+    bias = bn.bias.detach() if bn.bias is not None else like.new_zeros(channels)
+    return weight, bias

@@ -1,0 +1,77 @@
+"""KernelBench level 2, problem 11 (`11_ConvTranspose2d_BatchNorm_Tanh_MaxPool_GroupNorm`).
+
+`Model`, the constants and `get_inputs`/`get_init_inputs` reproduce the KernelBench problem file: x (512, 64, 32, 32)
+from `torch.rand` (the file sets height = width = 2048 and then 32, 32: the last assignment runs), ConvTranspose2d
+64 -> 128 (5 x 5, stride 1, padding 1) to (512, 128, 34, 34), BatchNorm2d, Tanh, MaxPool 2 x 2, GroupNorm with 8
+groups, output (512, 128, 17, 17).
+
+`ModelNew` has the same constructor arguments, submodules and RNG draws. Its forward: the transposed convolution
+(PyTorch), the BatchNorm's statistics as its forward takes them (the batch's mean and biased variance in training
+mode, which the harness never leaves, with the same update of the running buffers; the running statistics in eval
+mode), then one family operator: prologue BatchNorm + Tanh, the 2 x 2 max-pool on the read (input_pool), GroupNorm.
+The pooled (512, 128, 17, 17) tensor is never written before the output.
+"""
+
+import torch
+import torch.nn as nn
+
+from .family import batch_norm_affine, batch_norm_statistics, group_norm_chain
+
+
+class Model(nn.Module):
+    """
+    Model that performs a transposed convolution, batch normalization, tanh activation, max pooling, and group normalization.
+    """
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, groups, num_groups):
+        super(Model, self).__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+        self.batch_norm = nn.BatchNorm2d(out_channels)
+        self.tanh = nn.Tanh()
+        self.max_pool = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.group_norm = nn.GroupNorm(num_groups=num_groups, num_channels=out_channels)
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = self.batch_norm(x)
+        x = self.tanh(x)
+        x = self.max_pool(x)
+        x = self.group_norm(x)
+        return x
+
+
+class ModelNew(nn.Module):
+    """`Model` with BatchNorm + Tanh + MaxPool + GroupNorm as one family operator after the convolution."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, groups, num_groups):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+        self.batch_norm = nn.BatchNorm2d(out_channels)
+        self.tanh = nn.Tanh()  # applied by the fused operator's prologue
+        self.max_pool = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.group_norm = nn.GroupNorm(num_groups=num_groups, num_channels=out_channels)
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        mean, invstd = batch_norm_statistics(self.batch_norm, x)
+        bn_weight, bn_bias = batch_norm_affine(self.batch_norm, x.shape[1], x)
+        return group_norm_chain(x, self.group_norm, prologue="batch_norm_tanh",
+                                prologue_vectors=(mean, invstd, bn_weight, bn_bias),
+                                input_pool=self.max_pool.kernel_size)
+
+
+batch_size = 512
+in_channels  = 64
+out_channels = 128
+height = width = 2048
+kernel_size  = 5
+stride       = 1
+padding      = 1
+groups       = 8
+num_groups   = 8
+height, width = 32, 32
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, stride, padding, groups, num_groups]
