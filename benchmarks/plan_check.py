@@ -118,6 +118,11 @@ TIMING_ROWS = {
     "35": [((112, 64, 512, 512), 8, torch.float32), ((112, 64, 512, 512), 8, torch.bfloat16)],
     "mid": [((16, 64, 256, 256), 8, torch.float32), ((16, 64, 256, 256), 8, torch.bfloat16),
             ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
+    # Slices of 0.3-2 MB in numbers that fill 1-2 waves of resident clusters (the resident plan's wave rule).
+    "waves": [((1, 128, 8, 128, 128), 32, torch.bfloat16), ((1, 512, 128, 128), 32, torch.float16),
+              ((2, 320, 128, 128), 32, torch.float16), ((1, 256, 256, 256), 32, torch.bfloat16),
+              ((4, 512, 64, 64), 32, torch.float32), ((3, 640, 64, 64), 32, torch.float16),
+              ((1, 128, 512, 512), 32, torch.float16), ((8, 320, 64, 64), 32, torch.float32)],
 }
 VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",

@@ -16,8 +16,26 @@ COMMON_CUDA_HEADER = r"""
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace gn_inline {
+
+// CTAs of `kernel` (`threads` threads, `smem` bytes of dynamic shared memory) resident per SM of `device` (the
+// current device), asked once per (kernel, device, threads, smem) and kept: launch plans ask on every call,
+// and the driver's occupancy query costs microseconds of host time each, as much as a small launch.
+inline int resident_ctas_per_sm(const void* kernel, int device, int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> answers;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device, threads, smem);
+  if (const auto it = answers.find(key); it != answers.end()) return it->second;
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  answers[key] = per_sm;
+  return per_sm;
+}
 
 // VEC elements of T moved as one 16-byte (or narrower) access.
 template <typename T, int VEC>

@@ -223,9 +223,9 @@ void run(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaS
   using A = typename Acc<T>::type;
   // Threads per CTA depend on C only; the grid is one wave of the sums kernel (its registers bound occupancy).
   Tiling t = gn_cl::make_tiling(pr.N, pr.HW, pr.C, VEC, 1, kMinRowsPerThread);
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, cl_sums<T, VEC, Epi>, t.threads(), static_cast<size_t>(t.threads()) * VEC * kSums * sizeof(A)));
+  const int per_sm = gn_inline::resident_ctas_per_sm(
+      reinterpret_cast<const void*>(cl_sums<T, VEC, Epi>), c10::cuda::current_device(), t.threads(),
+      static_cast<size_t>(t.threads()) * VEC * kSums * sizeof(A));
   t = gn_cl::make_tiling(pr.N, pr.HW, pr.C, VEC, static_cast<int64_t>(sms) * std::min(std::max(per_sm, 1), kCtasPerSm),
                          kMinRowsPerThread);
   TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_backward_cuda: channels-last input of ", pr.N,

@@ -246,8 +246,7 @@ inline int max_slots(const Tiling& t, int64_t cpg) {
 // Resident CTAs of `threads` threads and `smem` bytes of `kernel` on the device, at least one per SM.
 template <typename Kernel>
 int64_t resident_ctas(Kernel kernel, int threads, size_t smem, int device) {
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const int per_sm = resident_ctas_per_sm(reinterpret_cast<const void*>(kernel), device, threads, smem);
   return static_cast<int64_t>(std::max(per_sm, 1)) * device_info(device).sms;
 }
 
