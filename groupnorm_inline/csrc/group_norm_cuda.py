@@ -10,9 +10,7 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             slice; each CTA keeps its part in shared memory, partial sums are exchanged through
             distributed shared memory, then each CTA normalises its part from shared memory. One HBM
             read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
-            one CTA's loads overlap another's stores. Taken only when the grid's last wave of clusters is
-            at least 3/4 full (one wave, or many): each round is load-all-then-write, so a mostly empty
-            last round costs a full one.
+            one CTA's loads overlap another's stores.
   streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2:
             persistent clusters hold each CTA's part in registers, shared memory (bulk async copies)
             and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in every dtype)
@@ -473,7 +471,7 @@ inline cudaLaunchAttribute cluster_dim_attribute(int cluster) {
   return attr;
 }
 
-// How many clusters of `cluster` CTAs (or single CTAs, cluster <= 1) (`threads` threads and `smem` bytes of dynamic shared memory each) of
+// How many clusters of `cluster` CTAs (`threads` threads and `smem` bytes of dynamic shared memory each) of
 // `kernel` can be resident at once on `device` (the current device); 0 when none can. The launch attributes
 // (dynamic shared memory up to the device's opt-in limit, non-portable cluster sizes) are set the first time
 // a kernel is seen on a device, and each answer is kept: the resident and streamed plans ask on every call.
@@ -494,9 +492,7 @@ inline int max_active_clusters(const void* kernel, int device, int cluster, int 
     prepared[std::make_tuple(kernel, device)] = true;
   }
   int active = 1;
-  if (cluster <= 1) {  // no cluster: CTAs resident per SM, times the SMs
-    active = resident_ctas_per_sm(kernel, device, threads, smem) * device_info(device).sms;
-  } else {
+  if (cluster > 1) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(cluster));
     config.blockDim = dim3(static_cast<unsigned>(threads));
@@ -549,7 +545,7 @@ constexpr int64_t kResidentTargetBytes = 64 * 1024;
 constexpr int64_t kResidentMaxBytes = 200 * 1024;
 
 template <typename T, int VEC, bool AFFINE, typename Epi>
-bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool forced = false) {
+bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   const DeviceInfo& dev = device_info(pr.device);
   const int64_t bytes = pr.D * static_cast<int64_t>(sizeof(T));
   const int max_cluster = dev.major >= 9 ? 16 : 1;
@@ -564,14 +560,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool forced = 
   while (threads < kResidentMaxThreads && static_cast<int64_t>(threads) * VEC * kUnroll < part) threads *= 2;
 
   auto kernel = gn_resident<T, VEC, AFFINE, Epi>;
-  const int64_t active = max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem);
-  if (active < 1) return false;
-  // Waves: every CTA loads its whole part before it writes anything, so a grid of `slices` clusters takes
-  // ceil(slices / active) rounds of (load, reduce, write), each as long as a full one; when the last round is
-  // mostly empty (e.g. 32 slices of 1 MB: 512 CTAs of 64 KB against 396 resident, 1.3 waves for the time of 2),
-  // the plans that stream through a grid-stride loop (streamed, two reads) keep every SM busy instead.
-  const int64_t waves = ceil_div(pr.slices, active);
-  if (!forced && waves > 1 && 4 * pr.slices < 3 * waves * active) return false;
+  if (max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem) < 1) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
   config.blockDim = dim3(threads);
@@ -718,7 +707,7 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
   if (name == "small") {
     launched = try_launch_small<T, VEC, AFFINE, Epi>(p, pr);
   } else if (name == "resident") {
-    launched = try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, true);
+    launched = try_launch_resident<T, VEC, AFFINE, Epi>(p, pr);
   } else if (name == "streamed") {
     StreamedOptions opt;
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
