@@ -86,8 +86,11 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
     const double cnt = static_cast<double>(p.cpg * p.S);
     const double m = a / cnt;
     const double var = fmax(b / cnt - m * m, 0.0);
-    stats[group] = make_float2(static_cast<float>(static_cast<double>(shift) + m),
-                               static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps))));
+    // rsqrtf of the float32 variance plus eps: PyTorch's CUDA GroupNorm takes rsqrt (not 1 / sqrt) in float32.
+    float mean = static_cast<float>(static_cast<double>(shift) + m);
+    float rstd = rsqrtf(static_cast<float>(var) + p.eps);
+    round_stats<T>(p.stats_mode, mean, rstd);
+    stats[group] = make_float2(mean, rstd);
   }
 }
 
@@ -101,7 +104,8 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const float2 st = stats[n * p.G + c / p.cpg];
-  const float w = p.args.vec[kMaxVectors - 2][c], b = p.args.vec[kMaxVectors - 1][c];
+  const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c],
+                          (p.stats_mode & kFusedAffine) != 0);
   const T* xr = x + row * p.S_in;
   const int64_t begin = chunk * kChunk + threadIdx.x;
   if constexpr (OUTPUT == kMaxPool) {
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
         for (int64_t u = 0; u < p.out_pool; ++u)
           for (int64_t k = 0; k < p.out_pool; ++k) {
             const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
-            m = maximum_nan(m, epi(rnd<T>(fmaf((v - st.x) * st.y, w, b)), c));
+            m = maximum_nan(m, epi(rnd<T>(aff(v)), c));
           }
         o[q] = static_cast<T>(m);
       }
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c));
+        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(aff(v[i])), c));
       }
     } else {  // kMeanAll, kMeanSpatial: the chunk's sum of e
       __shared__ double scratch[64];
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) acc += epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c);
+        if (s < p.S) acc += epi(rnd<T>(aff(v[i])), c);
       }
       double a = acc, unused = 0.0;
       gn_inline::block_sum2(a, unused, scratch);
@@ -177,6 +181,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
   const float* gw = p.args.vec[kMaxVectors - 2];
   const float* gb = p.args.vec[kMaxVectors - 1];
   const float cnt = static_cast<float>(p.cpg);
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
   [[maybe_unused]] float run_min = INFINITY;
   for (int64_t g = warp; g < p.G; g += kWarps) {
     const int64_t c0 = g * p.cpg;
@@ -199,12 +204,14 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
         const float dv = i < p.cpg ? v[j] - mean : 0.0f;
         sq = fmaf(dv, dv, sq);
       }
-      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      float mean_r = mean, rstd = rsqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      round_stats<T>(p.stats_mode, mean_r, rstd);
 #pragma unroll
       for (int j = 0; j < PER; ++j) {
         const int64_t i = lane + 32 * j;
         if (i < p.cpg) {
-          const float e = epi(rnd<T>(fmaf((v[j] - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+          const ChannelAffine aff(mean_r, rstd, gw[c0 + i], gb[c0 + i], fused);
+          const float e = epi(rnd<T>(aff(v[j])), c0 + i);
           if constexpr (MIN) run_min = minimum_nan(run_min, e);
           else os[i] = static_cast<T>(e);
         }
@@ -218,10 +225,12 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
         const float dv = pro(static_cast<float>(xs[i]), c0 + i) - mean;
         sq = fmaf(dv, dv, sq);
       }
-      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      float mean_r = mean, rstd = rsqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      round_stats<T>(p.stats_mode, mean_r, rstd);
       for (int64_t i = lane; i < p.cpg; i += 32) {
         const float v = pro(static_cast<float>(xs[i]), c0 + i);
-        const float e = epi(rnd<T>(fmaf((v - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+        const ChannelAffine aff(mean_r, rstd, gw[c0 + i], gb[c0 + i], fused);
+        const float e = epi(rnd<T>(aff(v)), c0 + i);
         if constexpr (MIN) run_min = minimum_nan(run_min, e);
         else os[i] = static_cast<T>(e);
       }
@@ -328,12 +337,12 @@ void dispatch_cuda(const at::Tensor& x, int64_t pro, int64_t epi, const Problem&
 at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                  at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
-                                 int64_t output, int64_t output_pool) {
+                                 int64_t output, int64_t output_pool, int64_t stats_mode) {
   TORCH_CHECK(x.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
   const c10::cuda::CUDAGuard guard(x.device());
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, keep);
+                            output, output_pool, stats_mode, keep);
   at::Tensor out = at::empty(output_shape(x, p), x.options());
   if (p.N == 0 || p.C == 0) return out;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
