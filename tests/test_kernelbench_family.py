@@ -10,6 +10,7 @@ odd shapes, the bf16/fp16 precision option, and the operator's own pieces and er
 from __future__ import annotations
 
 import copy
+import math
 import importlib
 
 import pytest
@@ -470,3 +471,34 @@ def test_stats_mode_policy(monkeypatch):
     assert family.cuda_rounds_statistics()
     monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
     assert not family.cuda_rounds_statistics()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("output", ["store", "mean_spatial", "mean_all"])
+def test_cuda_slice_path_long_rows(output, offset, poisoned_outputs):
+    """The slice path's row parts (S > 8192: several items per row), an odd S (scalar head and tail around the
+    16-byte body) and an input that starts 4 bytes past an allocation (offset 1: unaligned rows, and for `store`
+    an output aligned differently from the input: the all-scalar walk), against float64. silu + hardswish with a
+    mean output takes the two-pass mean (part_sum_kernel), identity the one-pass linear_mean_kernel."""
+    gen = torch.Generator().manual_seed(9)
+    shape = (3, 6, 20011)
+    base = torch.randn(offset + math.prod(shape), generator=gen) * 2 + 0.5
+    x = base[offset:].view(shape).cuda() if offset == 0 else base.cuda()[offset:].view(shape)
+    gn = torch.nn.GroupNorm(3, 6)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(6, generator=gen))
+        gn.bias.copy_(torch.randn(6, generator=gen))
+    gn = gn.cuda()
+    for prologue, epilogue in (("identity", "identity"), ("silu", "hardswish")):
+        if output == "store" and prologue == "silu":
+            continue
+        got = family.group_norm_chain(x, gn, prologue=prologue, epilogue=epilogue, output=output)
+        v = x.double()
+        if prologue == "silu":
+            v = v * torch.sigmoid(v)
+        z = torch.nn.functional.group_norm(v, 3, gn.weight.double(), gn.bias.double(), gn.eps)
+        if epilogue == "hardswish":
+            z = z * (z + 3).clamp(0, 6) / 6
+        ref = {"store": z, "mean_spatial": z.mean(-1), "mean_all": z.mean((1, 2))}[output]
+        assert_close_report(got.double(), ref, atol=2e-5, rtol=2e-5, what=f"{prologue}/{epilogue} {output} +{offset}")
