@@ -1,4 +1,5 @@
-"""GPU check of the KernelBench level 2 GroupNorm family (the 14 problems on problems/family.py), one run:
+"""GPU check of the KernelBench level 2 GroupNorm family (the 14 problems on problems/family.py: 9 convolution
+problems on the slice path, 5 Linear problems on the rows path), one run:
 
     python benchmarks/check_kernelbench_family.py                       # every problem, real shapes
     python benchmarks/check_kernelbench_family.py --problems 19,61,85   # a subset (numbers or keys "2/19")
@@ -213,8 +214,9 @@ def main() -> None:
     from groupnorm_inline.cli import recipes
     from groupnorm_inline.problems import family_kernels
 
-    family = sorted((k for k, r in recipes.RECIPES.items() if r.extension_specs[0].startswith(
-        "groupnorm_inline.problems.family_kernels")), key=lambda k: int(k.split("/")[1]))
+    # Every problem on the family operator, the five Linear problems (#30, #37, #62, #75, #88: #94's GEMM
+    # variants, then the family operator's rows path) included.
+    family = sorted(recipes.FAMILY_KEYS, key=lambda k: int(k.split("/")[1]))
     wanted = [w.strip() for w in args.problems.split(",") if w.strip()]
     keys = [k for k in family if not wanted or k in wanted or k.split("/")[1] in wanted]
     log(f"# KernelBench GroupNorm family on {torch.cuda.get_device_name()}, torch {torch.__version__}, "

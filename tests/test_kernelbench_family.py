@@ -10,6 +10,7 @@ odd shapes, the bf16/fp16 precision option, and the operator's own pieces and er
 from __future__ import annotations
 
 import copy
+import math
 import importlib
 
 import pytest
@@ -407,3 +408,97 @@ def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     assert torch.equal(x, x_before)
     assert out.dtype == dtype and out.shape == ref.shape
     assert_close_report(out, ref, atol=tol, rtol=tol, what=f"{key} {shape} {dtype} on CUDA")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(3, 8, 5, 7), (6, 8)])
+def test_stats_mode_reproduces_the_reference_group_norm(shape, dtype, device):
+    """Every stats_mode (the GroupNorm's statistics as PyTorch's CUDA kernel uses them for half data) against a
+    float64 emulation of its formula; a narrow spread around 0.7 (sigmoid outputs) makes the rounding of the mean
+    worth many units of the output, so the modes are told apart."""
+    gen = torch.Generator().manual_seed(5)
+    x = (0.7 + 0.01 * torch.randn(shape, generator=gen)).to(dtype)
+    channels, groups, eps = shape[1], 4, 1e-5
+    w = (torch.randn(channels, generator=gen) * 0.5 + 1).to(dtype)
+    b = (torch.randn(channels, generator=gen) * 0.3).to(dtype)
+
+    def emulated(mode):
+        v = x.double().reshape(shape[0], groups, -1)
+        eps_used = float(torch.tensor(eps, dtype=dtype)) if mode & family.EPS_ROUND else float(torch.tensor(eps))
+        mean = v.mean(-1).float()
+        rstd = torch.rsqrt(v.var(-1, unbiased=False).float() + eps_used)
+        if mode & family.STATS_ROUND:
+            mean, rstd = mean.to(dtype).float(), rstd.to(dtype).float()
+        per = channels // groups
+        mean_c = mean.repeat_interleave(per, 1).double().reshape(shape[0], channels, *[1] * (len(shape) - 2))
+        rstd_c = rstd.repeat_interleave(per, 1).double().reshape(mean_c.shape)
+        wc, bc = w.double().reshape(1, channels, *[1] * (len(shape) - 2)), b.double().reshape(mean_c.shape[1:])
+        if mode & family.FUSED_AFFINE:
+            a = (rstd_c * wc).float().double()
+            z = a * x.double() + (bc - a * mean_c).float().double()
+        else:
+            z = ((x.double() - mean_c) * rstd_c).float().double() * wc + bc
+        return z
+
+    outs = {}
+    for mode in range(8):
+        out = ops.fused_group_norm(x.to(device), groups, w.to(device), b.to(device), eps, 0, 0, [], [], 1, 0, 1,
+                                   mode).cpu()
+        ref = emulated(mode)
+        assert_close_report(out.double(), ref.to(dtype).double(), atol=1e-3, rtol=2 * torch.finfo(dtype).eps,
+                            what=f"stats_mode {mode} {dtype}")
+        outs[mode] = out
+    # The rounded statistics move the output by many units of the dtype: the test would see a missing rounding.
+    assert (outs[1].double() - outs[0].double()).abs().max() > 8 * torch.finfo(dtype).eps
+    with pytest.raises(RuntimeError, match="unknown stats_mode"):
+        ops.fused_group_norm(x, groups, w, b, eps, 0, 0, [], [], 1, 0, 1, 8)
+
+
+def test_stats_mode_policy(monkeypatch):
+    """float32 takes the accurate form everywhere, half data on the CPU the CPU kernel's float32 statistics; on CUDA
+    the fused affine for H*W > 1, eps in the dtype, and the statistics rounded by the version rule or its override."""
+    assert family.stats_mode(torch.zeros(2, 4, 3)) == 0
+    assert family.stats_mode(torch.zeros(2, 4, 3, dtype=torch.bfloat16)) == 0
+    meta = torch.empty(2, 4, 3, dtype=torch.float16, device="meta")
+    assert family.stats_mode(meta) == 0  # not CUDA
+    monkeypatch.setenv("GROUPNORM_INLINE_GN_STATS_ROUND", "1")
+    assert family.cuda_rounds_statistics()
+    monkeypatch.setenv("GROUPNORM_INLINE_GN_STATS_ROUND", "0")
+    assert not family.cuda_rounds_statistics()
+    monkeypatch.delenv("GROUPNORM_INLINE_GN_STATS_ROUND")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    assert family.cuda_rounds_statistics()
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cu130")
+    assert not family.cuda_rounds_statistics()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("output", ["store", "mean_spatial", "mean_all"])
+def test_cuda_slice_path_long_rows(output, offset, poisoned_outputs):
+    """The slice path's row parts (S > 8192: several items per row), an odd S (scalar head and tail around the
+    16-byte body) and an input that starts 4 bytes past an allocation (offset 1: unaligned rows, and for `store`
+    an output aligned differently from the input: the all-scalar walk), against float64. silu + hardswish with a
+    mean output takes the two-pass mean (part_sum_kernel), identity the one-pass linear_mean_kernel."""
+    gen = torch.Generator().manual_seed(9)
+    shape = (3, 6, 20011)
+    base = torch.randn(offset + math.prod(shape), generator=gen) * 2 + 0.5
+    x = base[offset:].view(shape).cuda() if offset == 0 else base.cuda()[offset:].view(shape)
+    gn = torch.nn.GroupNorm(3, 6)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(6, generator=gen))
+        gn.bias.copy_(torch.randn(6, generator=gen))
+    gn = gn.cuda()
+    for prologue, epilogue in (("identity", "identity"), ("silu", "hardswish")):
+        if output == "store" and prologue == "silu":
+            continue
+        got = family.group_norm_chain(x, gn, prologue=prologue, epilogue=epilogue, output=output)
+        v = x.double()
+        if prologue == "silu":
+            v = v * torch.sigmoid(v)
+        z = torch.nn.functional.group_norm(v, 3, gn.weight.double(), gn.bias.double(), gn.eps)
+        if epilogue == "hardswish":
+            z = z * (z + 3).clamp(0, 6) / 6
+        ref = {"store": z, "mean_spatial": z.mean(-1), "mean_all": z.mean((1, 2))}[output]
+        assert_close_report(got.double(), ref, atol=2e-5, rtol=2e-5, what=f"{prologue}/{epilogue} {output} +{offset}")

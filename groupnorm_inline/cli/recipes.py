@@ -148,6 +148,8 @@ _FAMILY_SMALL = {
              "scale_shape": (16, 1, 1)},
     "2/88": {"batch_size": 4, "in_features": 40, "out_features": 64, "num_groups": 4, "multiply_weight_shape": (64,)},
 }
+# The problems served by the family operator (their ModelNew is built on problems/family.py).
+FAMILY_KEYS = tuple(_FAMILY_SMALL)
 # The Linear problems run #94's GEMM variants (problems/split_gemm.py): the #94 extension comes first.
 _SPLIT_GEMM_SPECS = ("groupnorm_inline.problems.level2_94_kernels:EXTENSION",) + _FAMILY_SPEC
 _LINEAR_PROBLEMS = ("2/30", "2/37", "2/62", "2/75", "2/88")

@@ -4,7 +4,7 @@ schema, the Prologue/Epilogue functors and the chain table shared by the CPU and
 One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sources, see `with_namespace`):
 
   fused_group_norm(x (N, C, *), G, weight (C,), bias (C,), eps, prologue, epilogue, vectors, scalars,
-                   input_pool, output, output_pool) -> out
+                   input_pool, output, output_pool, stats_mode=0) -> out
 
       v   = Prologue(x[n, c, s], c)                         elementwise, before the statistics
       v'  = max over a k x k window of v                    when input_pool = k > 1 (x 4-D, stride k, floor)
@@ -16,6 +16,9 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
             max of e over k x k windows        output 3, "max_pool" (x 4-D, k = output_pool, stride k, floor)
             min of e over C, (N, 1)            output 4, "min_channels" (x 2-D)
 
+  `stats_mode` (bits kStatsRound, kFusedAffine, kEpsRound below) says how the reference GroupNorm uses its
+  statistics for float16/bfloat16 data on the device at hand: mean and rstd rounded to the data type or not, the
+  fused affine a * v + b of PyTorch's CUDA kernel, eps rounded to the data type; problems/family.py sets it.
   `vectors` are the functors' per-channel float32 vectors (C,) (the prologue's first, then the epilogue's), `scalars`
   their constants. Prologue and Epilogue are compile-time functors (`Pro*`, `Epi*` below); the pairs the package
   uses are instantiated once each, listed in GN_FAMILY_CHAINS with the paths (kernels) they are built for. x is
@@ -36,14 +39,16 @@ from .message import MESSAGE_HEADER
 FAMILY_NAMESPACE = "groupnorm_inline_family"
 
 FAMILY_SCHEMA = ("fused_group_norm(Tensor x, int num_groups, Tensor weight, Tensor bias, float eps, int prologue, "
-                 "int epilogue, Tensor[] vectors, float[] scalars, int input_pool, int output, int output_pool)"
-                 " -> Tensor")
+                 "int epilogue, Tensor[] vectors, float[] scalars, int input_pool, int output, int output_pool, "
+                 "int stats_mode=0) -> Tensor")
 
 # The functor codes (ProOf/EpiOf below) and output codes are named in groupnorm_inline/problems/family.py.
 
 FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 #include <cmath>
 #include <cstdint>
@@ -62,9 +67,32 @@ struct Args {
   float scal[kMaxScalars];
 };
 
-// torch.sigmoid in float32: 1 / (1 + exp(-z)) with the accurate exp (used before the statistics, where an
-// error is divided by the group's standard deviation).
+// torch.sigmoid in float32: 1 / (1 + exp(-z)) with the accurate exp and IEEE division, rounded once to the data
+// type by the caller. PyTorch's CUDA kernel computes exactly this for float16/bfloat16 too: its std::exp of a
+// reduced-precision value resolves to the float overload and the arithmetic with scalar_t{1} stays in float, so only
+// the result is rounded (the family's sources are compiled without fast-math, as PyTorch's).
 GN_HD float sigmoid_exact(float z) { return 1.0f / (1.0f + expf(-z)); }
+// a * b rounded on its own: keeps nvcc from contracting it with a following addition into an FMA where the reference
+// runs the product and the sum as two ops (two kernels: two roundings, even in float32).
+GN_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+// torch.nn.functional.hardswish in float: x * min(max(x + 3, 0), 6) times 1/6 on CUDA (PyTorch's CUDA kernel
+// multiplies by the float constant 1/6), divided by 6 on the CPU (PyTorch's CPU kernel divides); the two differ in
+// the last bit of some results, which a float16/bfloat16 rounding can turn into one unit of the data type.
+GN_HD float hardswish_torch(float x) {
+  const float r = x + 3.0f;
+  const float t = r < 0.0f ? 0.0f : (r > 6.0f ? 6.0f : r);
+#if defined(__CUDA_ARCH__)
+  return x * t * (1.0f / 6.0f);
+#else
+  return x * t / 6.0f;
+#endif
+}
 // torch.clamp(v, lo, hi) = min(max(v, lo), hi); NaN stays NaN, lo > hi gives hi.
 GN_HD float clamp_torch(float v, float lo, float hi) {
   const float t = v < lo ? lo : v;
@@ -99,7 +127,8 @@ struct ProIdentity {
   GN_HD float operator()(float x, int64_t) const { return x; }
 };
 
-// One gn_act activation as one PyTorch op: relu, gelu (erf), hardswish.
+// One gn_act activation as one PyTorch op: relu, gelu (erf: x * 0.5 * (1 + erf(x * M_SQRT1_2)) in float, PyTorch's
+// CUDA and CPU formula; 0.5 * x is the same product).
 template <typename T, int KIND>
 struct ProAct {
   static constexpr int kVectors = 0, kScalars = 0;
@@ -109,14 +138,21 @@ struct ProAct {
 };
 template <typename T> using ProRelu = ProAct<T, gn_act::kRelu>;
 template <typename T> using ProGelu = ProAct<T, gn_act::kGelu>;
-template <typename T> using ProHardswish = ProAct<T, gn_act::kHardswish>;
+
+// F.hardswish as the device's PyTorch kernel computes it (hardswish_torch), rounded once (#27).
+template <typename T>
+struct ProHardswish {
+  static constexpr int kVectors = 0, kScalars = 0;
+  GN_HD ProHardswish(const Args&, int, int) {}
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(hardswish_torch(x)); }
+};
 
 // torch.sigmoid(x) * x ("Swish", #60).
 template <typename T>
 struct ProSilu {
   static constexpr int kVectors = 0, kScalars = 0;
   GN_HD ProSilu(const Args&, int, int) {}
-  GN_HD float operator()(float x, int64_t) const { return rnd<T>(rnd<T>(sigmoid_exact(x)) * x); }
+  GN_HD float operator()(float x, int64_t) const { return rnd<T>(mul_rn(rnd<T>(sigmoid_exact(x)), x)); }
 };
 
 // sigmoid((x + bias[c]) * scale[c])  (#21: x + self.bias, * self.scale, torch.sigmoid).
@@ -131,8 +167,9 @@ struct ProAddScaleSigmoid {
   }
 };
 
-// tanh(((x - mean[c]) * invstd[c]) * weight[c] + bias[c]): BatchNorm with given statistics (one op: rounded
-// once), then Tanh (#11).
+// tanh(weight[c] * (x - mean[c]) * invstd[c] + bias[c]): BatchNorm with given statistics, then Tanh (#11). The
+// BatchNorm is one op rounded once, in the product order of PyTorch's CUDA transform kernel for contiguous input,
+// (weight * (x - mean)) * invstd + bias with the last product and sum contracted into one FMA (nvcc's default).
 template <typename T>
 struct ProBatchNormTanh {
   static constexpr int kVectors = 4, kScalars = 0;
@@ -143,7 +180,7 @@ struct ProBatchNormTanh {
   GN_HD ProBatchNormTanh(const Args& a, int vo, int)
       : mean(a.vec[vo]), invstd(a.vec[vo + 1]), weight(a.vec[vo + 2]), bias(a.vec[vo + 3]) {}
   GN_HD float operator()(float x, int64_t c) const {
-    return rnd<T>(gn_act::e_tanh(rnd<T>(((x - mean[c]) * invstd[c]) * weight[c] + bias[c])));
+    return rnd<T>(gn_act::e_tanh(rnd<T>(fmaf(weight[c] * (x - mean[c]), invstd[c], bias[c]))));
   }
 };
 
@@ -153,7 +190,9 @@ struct ProSiluAdd {
   static constexpr int kVectors = 1, kScalars = 0;
   const float* bias;
   GN_HD ProSiluAdd(const Args& a, int vo, int) : bias(a.vec[vo]) {}
-  GN_HD float operator()(float x, int64_t c) const { return rnd<T>(rnd<T>(rnd<T>(sigmoid_exact(x)) * x) + bias[c]); }
+  GN_HD float operator()(float x, int64_t c) const {
+    return rnd<T>(rnd<T>(mul_rn(rnd<T>(sigmoid_exact(x)), x)) + bias[c]);
+  }
 };
 
 // mish(hardtanh(x + bias[c], -1, 1))  (#94 after its Linear: + self.bias, Hardtanh, Mish).
@@ -181,9 +220,8 @@ struct EpiIdentity {
 template <typename T>
 struct EpiHardswish {
   static constexpr int kVectors = 0, kScalars = 0;
-  gn_act::Params p;
   GN_HD EpiHardswish(const Args&, int, int) {}
-  GN_HD float operator()(float z, int64_t) const { return rnd<T>(gn_act::forward_as<gn_act::kHardswish>(p, z)); }
+  GN_HD float operator()(float z, int64_t) const { return rnd<T>(hardswish_torch(z)); }
 };
 
 // Hardtanh(min_val = scalars[0], max_val = scalars[1]).
@@ -236,8 +274,8 @@ struct EpiSiluMulSilu {
   const float* w;
   GN_HD EpiSiluMulSilu(const Args& a, int vo, int) : w(a.vec[vo]) {}
   GN_HD float operator()(float z, int64_t c) const {
-    const float t = rnd<T>(rnd<T>(z * rnd<T>(sigmoid_exact(z))) * w[c]);
-    return rnd<T>(t * rnd<T>(sigmoid_exact(t)));
+    const float t = rnd<T>(mul_rn(rnd<T>(mul_rn(z, rnd<T>(sigmoid_exact(z)))), w[c]));
+    return rnd<T>(mul_rn(t, rnd<T>(sigmoid_exact(t))));
   }
 };
 
@@ -263,6 +301,37 @@ template <typename T> struct EpiOf<5, T> { using type = EpiLeakyReluDouble<T>; }
 template <typename T> struct EpiOf<6, T> { using type = EpiSiluMulSilu<T>; };
 
 enum Output : int { kStore = 0, kMeanAll = 1, kMeanSpatial = 2, kMaxPool = 3, kMinChannels = 4 };
+
+// Bits of `stats_mode`: how the reference GroupNorm turns its statistics into the output (problems/family.py picks
+// them for the device and dtype of x; every bit is a no-op for float32 data but kFusedAffine).
+//   kStatsRound   mean and rstd rounded to the data type before they are used: PyTorch's CUDA kernel up to 2.11
+//                 stores them in tensors of x's dtype and normalises with the stored values; later versions keep
+//                 float32 copies for the output.
+//   kFusedAffine  z = a * v + b with a = rstd * weight[c], b = -a * mean + bias[c] (one FMA each, float32):
+//                 PyTorch's CUDA kernel when H * W > 1. Otherwise z = ((v - mean) * rstd) * weight[c] + bias[c], the
+//                 last product and sum one FMA (PyTorch's CUDA kernel for H * W = 1, and the accurate form).
+//   kEpsRound     eps rounded to the data type (PyTorch's CUDA kernel takes eps as a value of x's dtype).
+constexpr int kStatsRound = 1, kFusedAffine = 2, kEpsRound = 4;
+
+// The GroupNorm affine of one (n, c): z = affine(v), float32 (see kFusedAffine); mean and rstd as the reference
+// normalises with them (already rounded under kStatsRound).
+struct ChannelAffine {
+  float mean, rstd, w, b;  // the unfused form
+  float a, c;              // the fused form
+  bool fused;
+  GN_HD ChannelAffine(float mean_, float rstd_, float w_, float b_, bool fused_)
+      : mean(mean_), rstd(rstd_), w(w_), b(b_), a(rstd_ * w_), c(fmaf(-(rstd_ * w_), mean_, b_)), fused(fused_) {}
+  GN_HD float operator()(float v) const { return fused ? fmaf(a, v, c) : fmaf((v - mean) * rstd, w, b); }
+};
+
+// (mean, rstd) rounded to T under kStatsRound (identity for float32).
+template <typename T>
+GN_HD void round_stats(int mode, float& mean, float& rstd) {
+  if (mode & kStatsRound) {
+    mean = rnd<T>(mean);
+    rstd = rnd<T>(rstd);
+  }
+}
 enum Path : int { kSlicePath = 1, kRowsPath = 2 };
 
 // The chains built, X(prologue, epilogue, paths): the slice path (statistics over (n, g) slices of any size,
@@ -300,7 +369,8 @@ struct Problem {
   int64_t in_pool = 1, out_pool = 1;
   int64_t OH = 1, OW = 1;      // max_pool output
   int output = kStore;
-  float eps = 1e-5f;
+  int stats_mode = 0;          // kStatsRound | kFusedAffine | kEpsRound
+  float eps = 1e-5f;           // rounded to the data type under kEpsRound
   Args args{};
 };
 
@@ -323,7 +393,8 @@ inline std::vector<int64_t> output_shape(const at::Tensor& x, const Problem& p) 
 // Checks every argument, fills a Problem (vectors as float32 contiguous copies kept alive in `keep`).
 inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps, int64_t prologue, int64_t epilogue, at::TensorList vectors, at::ArrayRef<double> scalars,
-                       int64_t input_pool, int64_t output, int64_t output_pool, std::vector<at::Tensor>& keep) {
+                       int64_t input_pool, int64_t output, int64_t output_pool, int64_t stats_mode,
+                       std::vector<at::Tensor>& keep) {
   const at::ScalarType t = x.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
               gn_inline_msg::not_implemented_for("fused_group_norm", t));
@@ -334,7 +405,14 @@ inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor
   p.N = x.size(0);
   p.C = x.size(1);
   p.G = num_groups;
+  TORCH_CHECK(stats_mode >= 0 && stats_mode <= (kStatsRound | kFusedAffine | kEpsRound),
+              gn_inline_msg::cat("fused_group_norm: unknown stats_mode ", stats_mode));
+  p.stats_mode = static_cast<int>(stats_mode);
   p.eps = static_cast<float>(eps);
+  if (stats_mode & kEpsRound) {
+    if (t == at::kHalf) p.eps = static_cast<float>(static_cast<c10::Half>(p.eps));
+    if (t == at::kBFloat16) p.eps = static_cast<float>(static_cast<c10::BFloat16>(p.eps));
+  }
   TORCH_CHECK(num_groups > 0, gn_inline_msg::cat("Expected num groups to be greater than 0, got ", num_groups));
   TORCH_CHECK(p.C % num_groups == 0,
               gn_inline_msg::cat("Expected number of channels in input to be divisible by num_groups, but got "
@@ -456,12 +534,14 @@ void run_cpu(const at::Tensor& x, const Problem& p, at::Tensor& out) {
         const double mean = sum / static_cast<double>(slice);
         double m2 = 0.0;
         for (int64_t i = 0; i < slice; ++i) m2 += (v[i] - mean) * (v[i] - mean);
-        const float meanf = static_cast<float>(mean);
-        const float rstd = static_cast<float>(1.0 / std::sqrt(m2 / static_cast<double>(slice) + p.eps));
+        float meanf = static_cast<float>(mean);
+        float rstd = static_cast<float>(1.0 / std::sqrt(m2 / static_cast<double>(slice) + p.eps));
+        round_stats<T>(p.stats_mode, meanf, rstd);
         for (int64_t j = 0; j < p.cpg; ++j) {
           const int64_t c = g * p.cpg + j;
           const float* vr = v.data() + j * p.S;
-          auto e_at = [&](int64_t s) { return epi(rnd<T>(std::fma((vr[s] - meanf) * rstd, gw[c], gb[c])), c); };
+          const ChannelAffine aff(meanf, rstd, gw[c], gb[c], (p.stats_mode & kFusedAffine) != 0);
+          auto e_at = [&](int64_t s) { return epi(rnd<T>(aff(vr[s])), c); };
           if (p.output == kStore) {
             T* o = op + (n * p.C + c) * p.S;
             for (int64_t s = 0; s < p.S; ++s) o[s] = static_cast<T>(e_at(s));
@@ -502,11 +582,11 @@ void dispatch_cpu(const at::Tensor& x, int64_t pro, int64_t epi, const Problem& 
 at::Tensor fused_group_norm_cpu(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                 const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                 at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
-                                int64_t output, int64_t output_pool) {
+                                int64_t output, int64_t output_pool, int64_t stats_mode) {
   TORCH_CHECK(x.device().is_cpu(), "fused_group_norm_cpu: expected a CPU tensor");
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, keep);
+                            output, output_pool, stats_mode, keep);
   at::Tensor out = at::empty(output_shape(x, p), x.options());
   if (p.N == 0 || p.C == 0) return out;
   switch (x.scalar_type()) {

@@ -2,17 +2,24 @@
 
 Two paths, chosen per chain (GN_FAMILY_CHAINS) and input:
 
-Slice path (the convolution problems: (n, g) slices of cpg * S values, S up to 10^5): three launches.
-  1. `stats_kernel`: one CTA per (n, c) row chunk of kThreads * kItems GroupNorm inputs v' (the prologue applied,
-     max-pooled when input_pool > 1): float32 sums of (v' - K) and (v' - K)^2 per thread, K = v' at the first
-     position of the group (a shift that keeps the sum of squares from cancelling when the mean is large
-     against the spread), combined over the CTA in float64 into one partial per chunk.
-  2. `group_stats_kernel`: one warp per (n, g) adds the group's cpg * chunks partials in float64, in a fixed
-     order (no atomics: the result does not depend on scheduling), and writes (mean, rstd) as float32.
-  3. `apply_kernel<OUTPUT>`: one CTA per row chunk recomputes v' from x, normalises, applies the affine and the
-     epilogue, then stores e (store), reduces it to per-chunk float64 partial sums (mean_all, mean_spatial, added
-     by `mean_kernel`), or takes the max over each pooling window (max_pool, chunks of output pixels).
-  x is read twice and the output written once; loads are issued kItems at a time before they are used.
+Slice path (the convolution problems: (n, g) slices of cpg * S values, S up to 10^5). Rows (n, c) of S values are
+cut into parts of ~8192 values (plan_parts), one work item each; a grid of SMs x resident CTAs walks the items.
+  1. `part_stats_kernel`: per item, the prologue's values v read as 16-byte vectors (a scalar head up to the
+     row's first 16-byte boundary and a scalar tail, so any S and any offset work), 4 vectors in flight per thread;
+     float32 sums of (v - K) and (v - K)^2 per thread, K = v at the first position of the group (a shift that
+     keeps the sum of squares from cancelling when the mean is large against the spread), combined over the CTA in
+     float64 into one partial per item.
+  2. `group_stats_kernel`: one warp per (n, g) adds the group's cpg * parts partials in float64 in a fixed order
+     (no atomics: the result does not depend on scheduling), and writes (mean, rstd) as float32 (rounded to the
+     data type under kStatsRound).
+  3. the output:
+     store         `part_store_kernel`: the items in the reverse order of pass 1 (its last rows are still in the
+                   50 MB L2), x read evict-first, 16-byte streaming stores: x read twice, out written once;
+     mean_all / mean_spatial with the identity epilogue: `linear_mean_kernel`, no second pass over x: the mean of
+                   z = affine(v) over a channel is affine(mean of v), and pass 1 has each row's sum: x read once;
+     other means   `part_sum_kernel` (per-item float64 sums of e) then `mean_kernel`;
+     max_pool      `apply_kernel<kMaxPool>`: one CTA per (row, chunk of output pixels), the max over each window.
+  input_pool > 1 (#11): `stats_kernel` / `apply_kernel<kStore>` per (row, chunk of pooled values), scalar loads.
 
 Rows path (the GEMM problems: x (N, C), slices of cpg contiguous values): `rows_kernel`, one CTA per row, each
 warp takes groups warp, warp + 8, ...; a lane holds the values lane, lane + 32, ... of the group in registers
@@ -25,6 +32,7 @@ from .common_cuda import COMMON_CUDA_HEADER
 from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
 
 FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
+#include <algorithm>
 #include <climits>
 
 namespace gn_family {
@@ -86,8 +94,11 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
     const double cnt = static_cast<double>(p.cpg * p.S);
     const double m = a / cnt;
     const double var = fmax(b / cnt - m * m, 0.0);
-    stats[group] = make_float2(static_cast<float>(static_cast<double>(shift) + m),
-                               static_cast<float>(1.0 / sqrt(var + static_cast<double>(p.eps))));
+    // rsqrtf of the float32 variance plus eps: PyTorch's CUDA GroupNorm takes rsqrt (not 1 / sqrt) in float32.
+    float mean = static_cast<float>(static_cast<double>(shift) + m);
+    float rstd = rsqrtf(static_cast<float>(var) + p.eps);
+    round_stats<T>(p.stats_mode, mean, rstd);
+    stats[group] = make_float2(mean, rstd);
   }
 }
 
@@ -101,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const float2 st = stats[n * p.G + c / p.cpg];
-  const float w = p.args.vec[kMaxVectors - 2][c], b = p.args.vec[kMaxVectors - 1][c];
+  const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c],
+                          (p.stats_mode & kFusedAffine) != 0);
   const T* xr = x + row * p.S_in;
   const int64_t begin = chunk * kChunk + threadIdx.x;
   if constexpr (OUTPUT == kMaxPool) {
@@ -116,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
         for (int64_t u = 0; u < p.out_pool; ++u)
           for (int64_t k = 0; k < p.out_pool; ++k) {
             const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
-            m = maximum_nan(m, epi(rnd<T>(fmaf((v - st.x) * st.y, w, b)), c));
+            m = maximum_nan(m, epi(rnd<T>(aff(v)), c));
           }
         o[q] = static_cast<T>(m);
       }
@@ -133,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c));
+        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(aff(v[i])), c));
       }
     } else {  // kMeanAll, kMeanSpatial: the chunk's sum of e
       __shared__ double scratch[64];
@@ -141,13 +153,243 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
 #pragma unroll
       for (int i = 0; i < kItems; ++i) {
         const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) acc += epi(rnd<T>(fmaf((v[i] - st.x) * st.y, w, b)), c);
+        if (s < p.S) acc += epi(rnd<T>(aff(v[i])), c);
       }
       double a = acc, unused = 0.0;
       gn_inline::block_sum2(a, unused, scratch);
       if (threadIdx.x == 0) sums[task] = a;
     }
   }
+}
+
+// ------------------------------------------------------------------ row-part path (input_pool = 1)
+// Row r = n * C + c of x holds S values; each row is cut into `parts` parts of `part_len` values (a multiple of the
+// 16-byte vector width), one work item each, numbered row-major (item = r * parts + part): a group's items are
+// contiguous, as group_stats_kernel reads them. A grid of (SMs x resident CTAs) walks the items with a stride.
+
+struct RowParts {
+  int64_t parts = 1, part_len = 1, items = 0;
+};
+
+// Items of ~kPartTarget values (32 KB of float32): 8 x 16 bytes per thread, enough for a CTA to keep 8 KB in flight
+// per step while the reduction per item (two barriers) stays a few percent of the item's time.
+constexpr int64_t kPartTarget = 8192;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread per step
+
+inline RowParts plan_parts(int64_t rows, int64_t S, int vec) {
+  RowParts r;
+  r.parts = std::max<int64_t>(1, (S + kPartTarget - 1) / kPartTarget);
+  const int64_t len = (S + r.parts - 1) / r.parts;
+  r.part_len = std::max<int64_t>(vec, (len + vec - 1) / vec * vec);
+  r.parts = (S + r.part_len - 1) / r.part_len;
+  r.items = rows * r.parts;
+  return r;
+}
+
+template <typename T>
+using Vec16 = gn_inline::Vec<T, gn_inline::vec16<T>()>;
+
+__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// One value stored streaming (float: st.global.cs; the 2-byte types through a plain store: only the few values of a
+// row's unaligned head and tail take this way).
+template <typename T>
+__device__ __forceinline__ void store_streaming(T* p, T v) {
+  if constexpr (std::is_same_v<T, float>) __stcs(p, v);
+  else *p = v;
+}
+
+// 16 bytes at p (16-byte aligned): through L1 for the statistics pass (STREAM false), evict-first for the apply
+// pass, which reads x for the last time (STREAM true).
+template <typename T, bool STREAM>
+__device__ __forceinline__ Vec16<T> load16(const T* p) {
+  Vec16<T> v;
+  if constexpr (STREAM) *reinterpret_cast<int4*>(&v) = __ldcs(reinterpret_cast<const int4*>(p));
+  else *reinterpret_cast<int4*>(&v) = __ldg(reinterpret_cast<const int4*>(p));
+  return v;
+}
+
+// The values [begin, end) of one row xr, across the CTA: a scalar head up to the first 16-byte boundary, the body
+// as 16-byte vectors (kUnroll of them loaded per thread before any is used), a scalar tail. vec_ok false: all
+// scalar (coalesced). fs(i, value) takes one value, fv(i, vector) the vector that starts at i.
+template <typename T, bool STREAM, class Scalar, class Vector>
+__device__ __forceinline__ void walk_row(const T* __restrict__ xr, int64_t begin, int64_t end, bool vec_ok,
+                                         Scalar&& fs, Vector&& fv) {
+  constexpr int V = gn_inline::vec16<T>();
+  int64_t head = end - begin;
+  if (vec_ok) {
+    const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(xr + begin) % 16);
+    head = mis == 0 ? 0 : imin((16 - mis) / static_cast<int64_t>(sizeof(T)), end - begin);
+  }
+  for (int64_t i = threadIdx.x; i < head; i += kThreads) fs(begin + i, xr[begin + i]);
+  const int64_t b0 = begin + head;
+  const int64_t nvec = vec_ok ? (end - b0) / V : 0;
+  for (int64_t k0 = threadIdx.x; k0 < nvec; k0 += static_cast<int64_t>(kThreads) * kUnroll) {
+    Vec16<T> buf[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + static_cast<int64_t>(u) * kThreads;
+      if (k < nvec) buf[u] = load16<T, STREAM>(xr + b0 + k * V);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = k0 + static_cast<int64_t>(u) * kThreads;
+      if (k < nvec) fv(b0 + k * V, buf[u]);
+    }
+  }
+  for (int64_t i = b0 + nvec * V + threadIdx.x; i < end; i += kThreads) fs(i, xr[i]);
+}
+
+// The prologue's value of the group's first element: the shift K of the shifted sums (see stats_kernel).
+template <typename T, class Pro>
+__device__ __forceinline__ float group_shift(const T* __restrict__ x, const Problem& p, int64_t row, const Pro& pro) {
+  const int64_t c = row % p.C, c_first = c - c % p.cpg;
+  return pro(static_cast<float>(x[(row - (c - c_first)) * p.S]), c_first);
+}
+
+// Statistics pass: per item, float32 sums of (v - K) and (v - K)^2 per thread, combined over the CTA in float64.
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) part_stats_kernel(const T* __restrict__ x, const Problem p,
+                                                              const RowParts rp, double2* __restrict__ partial) {
+  __shared__ double scratch[64];
+  const Pro pro(p.args, 0, 0);
+  for (int64_t item = blockIdx.x; item < rp.items; item += gridDim.x) {
+    const int64_t row = item / rp.parts, part = item - row * rp.parts;
+    const int64_t c = row % p.C;
+    const float shift = group_shift<T, Pro>(x, p, row, pro);
+    const int64_t begin = part * rp.part_len, end = imin(begin + rp.part_len, p.S);
+    float s1 = 0.0f, s2 = 0.0f;
+    auto add = [&](float v) {
+      const float d = v - shift;
+      s1 += d;
+      s2 = fmaf(d, d, s2);
+    };
+    walk_row<T, false>(
+        x + row * p.S, begin, end, true, [&](int64_t, T v) { add(pro(static_cast<float>(v), c)); },
+        [&](int64_t, const Vec16<T>& v) {
+#pragma unroll
+          for (int j = 0; j < gn_inline::vec16<T>(); ++j) add(pro(static_cast<float>(v.v[j]), c));
+        });
+    double a = s1, b = s2;
+    gn_inline::block_sum2(a, b, scratch);  // ends with a barrier: scratch is free for the next item
+    if (threadIdx.x == 0) partial[item] = make_double2(a, b);
+  }
+}
+
+// Apply pass, store output: the items in the reverse order of the statistics pass (its last rows are still in L2),
+// x read evict-first, the output stored streaming (it must not evict x). vec_ok: x and out share their offset
+// modulo 16 bytes (always for tensors from the caching allocator).
+template <typename T, class Pro, class Epi>
+__global__ void __launch_bounds__(kThreads) part_store_kernel(const T* __restrict__ x, const Problem p,
+                                                              const RowParts rp, bool vec_ok,
+                                                              const float2* __restrict__ stats, T* __restrict__ out) {
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  for (int64_t k = blockIdx.x; k < rp.items; k += gridDim.x) {
+    const int64_t item = rp.items - 1 - k;
+    const int64_t row = item / rp.parts, part = item - row * rp.parts;
+    const int64_t n = row / p.C, c = row - n * p.C;
+    const float2 st = stats[n * p.G + c / p.cpg];
+    const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c],
+                            (p.stats_mode & kFusedAffine) != 0);
+    const int64_t begin = part * rp.part_len, end = imin(begin + rp.part_len, p.S);
+    T* orow = out + row * p.S;
+    auto value = [&](T v) { return static_cast<T>(epi(rnd<T>(aff(pro(static_cast<float>(v), c))), c)); };
+    walk_row<T, true>(
+        x + row * p.S, begin, end, vec_ok, [&](int64_t i, T v) { store_streaming(orow + i, value(v)); },
+        [&](int64_t i, const Vec16<T>& v) {
+          Vec16<T> o;
+#pragma unroll
+          for (int j = 0; j < gn_inline::vec16<T>(); ++j) o.v[j] = value(v.v[j]);
+          gn_inline::store_vec_streaming(orow + i, o);
+        });
+  }
+}
+
+// Apply pass of a mean output with an epilogue that is not linear: per item the float64 sum of e (mean_kernel adds
+// the items of each output).
+template <typename T, class Pro, class Epi>
+__global__ void __launch_bounds__(kThreads) part_sum_kernel(const T* __restrict__ x, const Problem p,
+                                                            const RowParts rp, const float2* __restrict__ stats,
+                                                            double* __restrict__ sums) {
+  __shared__ double scratch[64];
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  for (int64_t k = blockIdx.x; k < rp.items; k += gridDim.x) {
+    const int64_t item = rp.items - 1 - k;
+    const int64_t row = item / rp.parts, part = item - row * rp.parts;
+    const int64_t n = row / p.C, c = row - n * p.C;
+    const float2 st = stats[n * p.G + c / p.cpg];
+    const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c],
+                            (p.stats_mode & kFusedAffine) != 0);
+    const int64_t begin = part * rp.part_len, end = imin(begin + rp.part_len, p.S);
+    float acc = 0.0f;
+    auto add = [&](T v) { acc += epi(rnd<T>(aff(pro(static_cast<float>(v), c))), c); };
+    walk_row<T, true>(
+        x + row * p.S, begin, end, true, [&](int64_t, T v) { add(v); },
+        [&](int64_t, const Vec16<T>& v) {
+#pragma unroll
+          for (int j = 0; j < gn_inline::vec16<T>(); ++j) add(v.v[j]);
+        });
+    double a = acc, unused = 0.0;
+    gn_inline::block_sum2(a, unused, scratch);
+    if (threadIdx.x == 0) sums[item] = a;
+  }
+}
+
+// Mean outputs with the identity epilogue need no second pass: the mean of z = affine(v) over a channel is
+// affine(mean of v), and the statistics pass already has each row's sum of v (K * S + the sum of (v - K) over its
+// parts). One CTA per sample, a thread per channel; float64 throughout. For float16/bfloat16 the reference rounds
+// each z before averaging; those roundings (at most half a unit each, of both signs) move the mean by far less than
+// one unit of the result's dtype.
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) linear_mean_kernel(const T* __restrict__ x, const Problem p,
+                                                               const RowParts rp,
+                                                               const double2* __restrict__ partial,
+                                                               const float2* __restrict__ stats, T* __restrict__ out) {
+  __shared__ double scratch[64];
+  const Pro pro(p.args, 0, 0);
+  const int64_t n = blockIdx.x;
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
+  double total = 0.0;
+  for (int64_t c = threadIdx.x; c < p.C; c += kThreads) {
+    const int64_t row = n * p.C + c;
+    double sum = 0.0;
+    for (int64_t q = 0; q < rp.parts; ++q) sum += partial[row * rp.parts + q].x;
+    const double m = static_cast<double>(group_shift<T, Pro>(x, p, row, pro)) + sum / static_cast<double>(p.S);
+    const float2 st = stats[n * p.G + c / p.cpg];
+    const float w = p.args.vec[kMaxVectors - 2][c], b = p.args.vec[kMaxVectors - 1][c];
+    const ChannelAffine aff(st.x, st.y, w, b, fused);
+    const double z = fused ? static_cast<double>(aff.a) * m + static_cast<double>(aff.c)
+                           : (m - static_cast<double>(st.x)) * static_cast<double>(st.y) * static_cast<double>(w) +
+                                 static_cast<double>(b);
+    if (p.output == kMeanSpatial) out[row] = static_cast<T>(z);
+    total += z;
+  }
+  if (p.output == kMeanAll) {
+    double unused = 0.0;
+    gn_inline::block_sum2(total, unused, scratch);
+    if (threadIdx.x == 0) out[n] = static_cast<T>(total / static_cast<double>(p.C));
+  }
+}
+
+// SMs of a device, asked once per device.
+inline int family_sm_count(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (device >= 0 && device < 64) cached[device] = sms;
+  return sms;
+}
+
+// A grid that fills the device once: SMs x resident CTAs of `kernel`, at most `items`.
+inline unsigned filling_grid(const void* kernel, int64_t items) {
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t full = static_cast<int64_t>(family_sm_count(device)) *
+                       std::max(1, gn_inline::resident_ctas_per_sm(kernel, device, kThreads, 0));
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(items, full)));
 }
 
 // out[i] = (sum of sums[i * per_output .. (i + 1) * per_output)) / count, one thread per output.
@@ -177,6 +419,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
   const float* gw = p.args.vec[kMaxVectors - 2];
   const float* gb = p.args.vec[kMaxVectors - 1];
   const float cnt = static_cast<float>(p.cpg);
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
   [[maybe_unused]] float run_min = INFINITY;
   for (int64_t g = warp; g < p.G; g += kWarps) {
     const int64_t c0 = g * p.cpg;
@@ -199,12 +442,14 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
         const float dv = i < p.cpg ? v[j] - mean : 0.0f;
         sq = fmaf(dv, dv, sq);
       }
-      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      float mean_r = mean, rstd = rsqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      round_stats<T>(p.stats_mode, mean_r, rstd);
 #pragma unroll
       for (int j = 0; j < PER; ++j) {
         const int64_t i = lane + 32 * j;
         if (i < p.cpg) {
-          const float e = epi(rnd<T>(fmaf((v[j] - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+          const ChannelAffine aff(mean_r, rstd, gw[c0 + i], gb[c0 + i], fused);
+          const float e = epi(rnd<T>(aff(v[j])), c0 + i);
           if constexpr (MIN) run_min = minimum_nan(run_min, e);
           else os[i] = static_cast<T>(e);
         }
@@ -218,10 +463,12 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ x,
         const float dv = pro(static_cast<float>(xs[i]), c0 + i) - mean;
         sq = fmaf(dv, dv, sq);
       }
-      const float rstd = 1.0f / sqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      float mean_r = mean, rstd = rsqrtf(gn_inline::warp_sum(sq) / cnt + p.eps);
+      round_stats<T>(p.stats_mode, mean_r, rstd);
       for (int64_t i = lane; i < p.cpg; i += 32) {
         const float v = pro(static_cast<float>(xs[i]), c0 + i);
-        const float e = epi(rnd<T>(fmaf((v - mean) * rstd, gw[c0 + i], gb[c0 + i])), c0 + i);
+        const ChannelAffine aff(mean_r, rstd, gw[c0 + i], gb[c0 + i], fused);
+        const float e = epi(rnd<T>(aff(v)), c0 + i);
         if constexpr (MIN) run_min = minimum_nan(run_min, e);
         else os[i] = static_cast<T>(e);
       }
@@ -254,10 +501,9 @@ void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// input_pool > 1 (#11: GroupNorm of a max-pooled prologue): one CTA per (row, chunk of kChunk pooled values).
 template <typename T, class Pro, class Epi>
-void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
-  const T* x = x_t.data_ptr<T>();
-  T* out = out_t.data_ptr<T>();
+void launch_pooled(const T* x, const Problem& p, T* out, const at::Tensor& x_t, cudaStream_t stream) {
   const int64_t rows = p.N * p.C, chunks = (p.S + kChunk - 1) / kChunk;
   at::Tensor partial = at::empty({rows * chunks, 2}, x_t.options().dtype(at::kDouble));
   at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
@@ -268,6 +514,31 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
       x, p, chunks, partial_p, stats_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  apply_kernel<T, Pro, Epi, kStore><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
+      x, p, chunks, stats_p, out, nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The slice path: statistics over row parts (16-byte loads), per-group (mean, rstd), then the output.
+//   bytes moved, float32: store 2 reads + 1 write of x; max_pool 2 reads + the pooled output; mean outputs with the
+//   identity epilogue 1 read (linear_mean_kernel), other mean outputs 2 reads.
+template <typename T, class Pro, class Epi>
+void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
+  const T* x = x_t.data_ptr<T>();
+  T* out = out_t.data_ptr<T>();
+  if (p.in_pool > 1) return launch_pooled<T, Pro, Epi>(x, p, out, x_t, stream);
+  const int64_t rows = p.N * p.C;
+  const RowParts rp = plan_parts(rows, p.S, gn_inline::vec16<T>());
+  at::Tensor partial = at::empty({rp.items, 2}, x_t.options().dtype(at::kDouble));
+  at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
+  auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
+  auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
+  part_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&part_stats_kernel<T, Pro>), rp.items),
+                              kThreads, 0, stream>>>(x, p, rp, partial_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+      x, p, rp.parts, partial_p, stats_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   switch (p.output) {
     case kMaxPool: {
       const int64_t out_chunks = (p.OH * p.OW + kChunk - 1) / kChunk;
@@ -277,25 +548,27 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
     }
     case kMeanAll:
     case kMeanSpatial: {
-      at::Tensor sums = at::empty({rows * chunks}, x_t.options().dtype(at::kDouble));
-      double* sums_p = sums.data_ptr<double>();
-      if (p.output == kMeanAll)
-        apply_kernel<T, Pro, Epi, kMeanAll><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
-            x, p, chunks, stats_p, nullptr, sums_p);
-      else
-        apply_kernel<T, Pro, Epi, kMeanSpatial><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
-            x, p, chunks, stats_p, nullptr, sums_p);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      const bool all = p.output == kMeanAll;
-      const int64_t outputs = all ? p.N : rows;
-      mean_kernel<T><<<grid_of((outputs + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-          sums_p, outputs, all ? p.C * chunks : chunks, static_cast<double>(all ? p.C * p.S : p.S), out);
+      if constexpr (std::is_same_v<Epi, EpiIdentity<T>>) {
+        linear_mean_kernel<T, Pro><<<grid_of(p.N, "batch"), kThreads, 0, stream>>>(x, p, rp, partial_p, stats_p, out);
+      } else {
+        at::Tensor sums = at::empty({rp.items}, x_t.options().dtype(at::kDouble));
+        double* sums_p = sums.data_ptr<double>();
+        part_sum_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&part_sum_kernel<T, Pro, Epi>),
+                                                    rp.items), kThreads, 0, stream>>>(x, p, rp, stats_p, sums_p);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const bool all = p.output == kMeanAll;
+        const int64_t outputs = all ? p.N : rows;
+        mean_kernel<T><<<grid_of((outputs + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+            sums_p, outputs, all ? p.C * rp.parts : rp.parts, static_cast<double>(all ? p.C * p.S : p.S), out);
+      }
       break;
     }
-    default:
-      apply_kernel<T, Pro, Epi, kStore><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
-          x, p, chunks, stats_p, out, nullptr);
+    default: {
+      const bool vec_ok = reinterpret_cast<uintptr_t>(x) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
+      part_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&part_store_kernel<T, Pro, Epi>),
+                                                    rp.items), kThreads, 0, stream>>>(x, p, rp, vec_ok, stats_p, out);
       break;
+    }
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -328,12 +601,12 @@ void dispatch_cuda(const at::Tensor& x, int64_t pro, int64_t epi, const Problem&
 at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                  at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
-                                 int64_t output, int64_t output_pool) {
+                                 int64_t output, int64_t output_pool, int64_t stats_mode) {
   TORCH_CHECK(x.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
   const c10::cuda::CUDAGuard guard(x.device());
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, keep);
+                            output, output_pool, stats_mode, keep);
   at::Tensor out = at::empty(output_shape(x, p), x.options());
   if (p.N == 0 || p.C == 0) return out;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();

@@ -23,9 +23,27 @@ Epilogues (per element, after the affine):
     leaky_relu_double (slope)                    t = leaky_relu(z, slope); t + t
     silu_mul_silu [w]                            t = silu(z) * w; silu(t)
 Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
+
+Roundings reproduced for float16/bfloat16 data (KernelBench's precision option compares with the reference run in
+that dtype, and a GroupNorm divides any difference in its input by the group's spread, so a one-unit difference
+in one prologue value can become several units of the output):
+  - every prologue/epilogue op rounds its result to the dtype where the PyTorch op it replaces ends, computing in
+    float32 with PyTorch's formula on that device (sigmoid 1 / (1 + expf(-x)) rounded once; x * sigmoid(x) as two
+    ops; hardswish x * clamp(x + 3, 0, 6) * (1/6) on CUDA, / 6 on the CPU; gelu x * 0.5 * (1 + erf(x / sqrt 2));
+    BatchNorm (w * (x - mean)) * invstd + b rounded once, then tanh rounded once);
+  - the statistics are taken over those rounded values, as the reference's GroupNorm takes them over its input;
+  - the GroupNorm itself as the device's PyTorch kernel (`stats_mode`): on CUDA eps rounded to the dtype, the
+    fused affine a = rstd * w, b = -a * mean + bias, z = a * v + b when H * W > 1, and mean/rstd rounded to the
+    dtype before use where this PyTorch's CUDA kernel does so (up to 2.11, `cuda_rounds_statistics`); the CPU
+    kernel's float32 statistics on the CPU;
+  - z rounded to the dtype before the epilogue (the reference's GroupNorm output).
+float32 data takes the accurate form (v - mean) * rstd * w + bias with float64-combined statistics.
 """
 
 from __future__ import annotations
+
+import math
+import os
 
 import torch
 
@@ -36,6 +54,42 @@ PROLOGUES = {"identity": 0, "relu": 1, "gelu": 2, "hardswish": 3, "silu": 4, "ad
 EPILOGUES = {"identity": 0, "hardswish": 1, "hardtanh": 2, "min_clamp": 3, "scale_clamp": 4,
              "leaky_relu_double": 5, "silu_mul_silu": 6}
 OUTPUTS = {"store": 0, "mean_all": 1, "mean_spatial": 2, "max_pool": 3, "min_channels": 4}
+# stats_mode bits of the operator (csrc/fused_group_norm_cpu.py: kStatsRound, kFusedAffine, kEpsRound).
+STATS_ROUND, FUSED_AFFINE, EPS_ROUND = 1, 2, 4
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = (int("".join(ch for ch in part if ch.isdigit()) or 0) for part in torch.__version__.split(".")[:2])
+    return major, minor
+
+
+def cuda_rounds_statistics() -> bool:
+    """Whether this PyTorch's CUDA group_norm normalises float16/bfloat16 data with mean and rstd rounded to the
+    data type. Up to 2.11 its kernel stores them in tensors of x's dtype and normalises with the stored values (the
+    H100 runs with 2.11 match the rounded form, not the float32 one); a change of May 2026 keeps float32 copies for
+    the output (2.14's kernels take float32 statistics), taken here as from 2.12 on. GROUPNORM_INLINE_GN_STATS_ROUND
+    = 1 or 0 overrides the version rule."""
+    forced = os.environ.get("GROUPNORM_INLINE_GN_STATS_ROUND", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _torch_version() < (2, 12)
+
+
+def stats_mode(x: torch.Tensor, input_pool: int = 1) -> int:
+    """The operator's stats_mode for x: how the reference GroupNorm on x's device turns its statistics into the
+    output for x's dtype (see the module docstring). float32: 0 on every device (the accurate form). The
+    GroupNorm's H*W is that of its input: x's, or the k x k max-pooled x's (input_pool = k)."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return 0
+    if input_pool > 1 and x.dim() == 4:
+        hw = (x.shape[2] // input_pool) * (x.shape[3] // input_pool)
+    else:
+        hw = math.prod(x.shape[2:])
+    spatial = hw > 1
+    mode = 0
+    if x.device.type == "cuda":
+        mode |= EPS_ROUND | (FUSED_AFFINE if spatial else 0) | (STATS_ROUND if cuda_rounds_statistics() else 0)
+    return mode
 
 
 def channel_vector(param: torch.Tensor, channels: int) -> torch.Tensor:
@@ -56,9 +110,9 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
     bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
     vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
     scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
-    return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps, PROLOGUES[prologue],
-                                        EPILOGUES[epilogue], vectors, scalars, input_pool, OUTPUTS[output],
-                                        output_pool)
+    return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps,
+                                        PROLOGUES[prologue], EPILOGUES[epilogue], vectors, scalars, input_pool,
+                                        OUTPUTS[output], output_pool, stats_mode(x, input_pool))
 
 
 def batch_norm_statistics(bn, x: torch.Tensor):
@@ -81,7 +135,9 @@ def batch_norm_statistics(bn, x: torch.Tensor):
             unbiased = var * (count / max(count - 1, 1))
             bn.running_mean.mul_(1.0 - factor).add_((mean * factor).to(bn.running_mean.dtype))
             bn.running_var.mul_(1.0 - factor).add_((unbiased * factor).to(bn.running_var.dtype))
-        return mean, 1.0 / torch.sqrt(var + bn.eps)
+        # 1 / sqrt(var + eps) with the sum and the root in float64, rounded once to float32: PyTorch's CUDA
+        # BatchNorm adds the double eps to the float32 variance in double precision.
+        return mean, (1.0 / torch.sqrt(var.double() + bn.eps)).float()
 
 
 def batch_norm_affine(bn, channels: int, like: torch.Tensor):
