@@ -502,3 +502,90 @@ def test_cuda_slice_path_long_rows(output, offset, poisoned_outputs):
             z = z * (z + 3).clamp(0, 6) / 6
         ref = {"store": z, "mean_spatial": z.mean(-1), "mean_all": z.mean((1, 2))}[output]
         assert_close_report(got.double(), ref, atol=2e-5, rtol=2e-5, what=f"{prologue}/{epilogue} {output} +{offset}")
+
+
+# ---------------------------------------------------------------------------------------------- input_bias
+
+# (prologue, vectors, epilogue, scalars, output, input_pool, output_pool) of the slice path's chains.
+BIAS_CHAINS = [
+    ("identity", 0, "identity", (), "store", 1, 1),
+    ("gelu", 0, "identity", (), "store", 1, 1),
+    ("silu", 0, "hardswish", (), "store", 1, 1),
+    ("hardswish", 0, "identity", (), "mean_spatial", 1, 1),
+    ("identity", 0, "identity", (), "mean_all", 1, 1),
+    ("identity", 0, "scale_clamp", (-0.5, 0.7), "max_pool", 1, 2),
+    ("batch_norm_tanh", 4, "identity", (), "store", 2, 1),
+    ("identity", 0, "identity", (), "store", 3, 1),
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chain", BIAS_CHAINS, ids=lambda c: f"{c[0]}-{c[2]}-{c[4]}-pool{c[5]}")
+def test_input_bias_is_the_separate_bias_add(chain, dtype, device, poisoned_outputs):
+    """The operator with input_bias b on x gives exactly what it gives on x + b computed by PyTorch (the add
+    rounded to the dtype once, as PyTorch's bias add after a cuDNN convolution): bitwise equal, every output and
+    the pooled input, in float32 and both half types. Groups of 3 rows of 69 x 70 values: several items per
+    group on CUDA (pooled parts of 2048 values, row parts of 8192)."""
+    prologue, n_vectors, epilogue, scalars, output, input_pool, output_pool = chain
+    gen = torch.Generator().manual_seed(21)
+    x = (torch.randn(2, 6, 69, 70, generator=gen) * 1.5 + 0.4).to(device, dtype)
+    b = (torch.randn(6, generator=gen) * 2.0).to(device, dtype)
+    gn = torch.nn.GroupNorm(2, 6).to(device, dtype)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(6, generator=gen))
+        gn.bias.copy_(torch.randn(6, generator=gen))
+    vectors = [torch.randn(6, generator=gen).abs().to(device) + 0.5 for _ in range(n_vectors)]
+    pro_vectors = vectors if prologue != "identity" else ()
+    epi_vectors = [torch.randn(6, generator=gen).to(device)] if epilogue == "scale_clamp" else ()
+    kwargs = dict(prologue=prologue, prologue_vectors=pro_vectors, epilogue=epilogue, epilogue_vectors=epi_vectors,
+                  epilogue_scalars=scalars, output=output, input_pool=input_pool, output_pool=output_pool)
+    before = x.clone()
+    got = family.group_norm_chain(x, gn, input_bias=b, **kwargs)
+    expected = family.group_norm_chain(x + b.reshape(6, 1, 1), gn, **kwargs)
+    assert torch.equal(x, before)
+    assert got.dtype == dtype and got.shape == expected.shape
+    if not torch.equal(got, expected):
+        assert_close_report(got, expected, atol=0, rtol=0, what=f"{chain} {dtype} {device}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_pooled_input_against_float64(device, poisoned_outputs):
+    """input_pool = 2 with odd H and W (floor), groups of 4 rows of 35 x 33 pooled values (three parts each on CUDA),
+    a large |mean| against the spread, and an input bias: GroupNorm(max_pool2d(x + b)) in float64."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 8, 71, 67, generator=gen) * 0.5 + 300.0
+    b = torch.randn(8, generator=gen)
+    gn = torch.nn.GroupNorm(2, 8)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(8, generator=gen))
+        gn.bias.copy_(torch.randn(8, generator=gen))
+    gn = gn.to(device)
+    got = family.group_norm_chain(x.to(device), gn, input_pool=2, input_bias=b.to(device))
+    pooled = torch.nn.functional.max_pool2d((x + b.reshape(8, 1, 1)).double(), 2)
+    ref = torch.nn.functional.group_norm(pooled, 2, gn.weight.double().cpu(), gn.bias.double().cpu(), gn.eps)
+    assert_close_report(got.cpu().double(), ref, atol=2e-4, rtol=2e-4, what=f"pooled input on {device}")
+
+
+@pytest.mark.parametrize("kind", ["conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "conv1d"])
+def test_convolution_deferring_bias(kind):
+    """defer=True: the convolution without its bias and the bias returned, y + b equal to the module's output (the
+    stride, padding, output_padding, groups and dilation of the module kept); defer=False or no bias: the module."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    conv, shape = {
+        "conv2d": (nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=2, groups=2), (2, 4, 11, 9)),
+        "conv3d": (nn.Conv3d(3, 4, 2, padding=1), (2, 3, 5, 6, 4)),
+        "conv_transpose2d": (nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), (2, 4, 5, 6)),
+        "conv_transpose3d": (nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, dilation=1), (1, 3, 4, 5, 3)),
+        "conv1d": (nn.Conv1d(3, 5, 3, padding=2), (2, 3, 9)),
+    }[kind]
+    x = torch.randn(shape)
+    with torch.no_grad():
+        full = conv(x)
+        y, bias = family.convolution_deferring_bias(conv, x, defer=True)
+        assert bias is conv.bias
+        assert_close_report(y + bias.reshape(-1, *[1] * (x.dim() - 2)), full, atol=1e-6, rtol=1e-6, what=kind)
+        same, none = family.convolution_deferring_bias(conv, x, defer=False)
+        assert none is None and torch.equal(same, full)
+        assert family.convolution_deferring_bias(conv, x)[1] is None  # CPU input: not deferred by default

@@ -6,7 +6,8 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
   fused_group_norm(x (N, C, *), G, weight (C,), bias (C,), eps, prologue, epilogue, vectors, scalars,
                    input_pool, output, output_pool, stats_mode=0) -> out
 
-      v   = Prologue(x[n, c, s], c)                         elementwise, before the statistics
+      u   = x[n, c, s] + input_bias[c]                      when input_bias is given (rounded to x's dtype)
+      v   = Prologue(u, c)                                  elementwise, before the statistics
       v'  = max over a k x k window of v                    when input_pool = k > 1 (x 4-D, stride k, floor)
       z   = (v' - mean[n, g]) * rstd[n, g] * weight[c] + bias[c]      GroupNorm of v' (biased variance)
       e   = Epilogue(z, c)                                  elementwise, after the affine
@@ -19,6 +20,9 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
   `stats_mode` (bits kStatsRound, kFusedAffine, kEpsRound below) says how the reference GroupNorm uses its
   statistics for float16/bfloat16 data on the device at hand: mean and rstd rounded to the data type or not, the
   fused affine a * v + b of PyTorch's CUDA kernel, eps rounded to the data type; problems/family.py sets it.
+  `input_bias` (C,) is the bias of the convolution before the operator, which the problem modules run without
+  its bias on CUDA: PyTorch's cuDNN convolutions add their bias in an elementwise kernel of its own, a full read
+  and write of the convolution's output that the operator's read makes free (the sum rounded as that add rounds).
   `vectors` are the functors' per-channel float32 vectors (C,) (the prologue's first, then the epilogue's), `scalars`
   their constants. Prologue and Epilogue are compile-time functors (`Pro*`, `Epi*` below); the pairs the package
   uses are instantiated once each, listed in GN_FAMILY_CHAINS with the paths (kernels) they are built for. x is
@@ -40,7 +44,7 @@ FAMILY_NAMESPACE = "groupnorm_inline_family"
 
 FAMILY_SCHEMA = ("fused_group_norm(Tensor x, int num_groups, Tensor weight, Tensor bias, float eps, int prologue, "
                  "int epilogue, Tensor[] vectors, float[] scalars, int input_pool, int output, int output_pool, "
-                 "int stats_mode=0) -> Tensor")
+                 "int stats_mode=0, Tensor? input_bias=None) -> Tensor")
 
 # The functor codes (ProOf/EpiOf below) and output codes are named in groupnorm_inline/problems/family.py.
 
@@ -53,6 +57,7 @@ FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -65,6 +70,7 @@ constexpr int kMaxScalars = 4;
 struct Args {
   const float* vec[kMaxVectors];
   float scal[kMaxScalars];
+  const float* in_bias;  // (C,) added to x before the prologue, or nullptr
 };
 
 // torch.sigmoid in float32: 1 / (1 + exp(-z)) with the accurate exp and IEEE division, rounded once to the data
@@ -291,6 +297,17 @@ template <typename T> struct ProOf<6, T> { using type = ProBatchNormTanh<T>; };
 template <typename T> struct ProOf<7, T> { using type = ProSiluAdd<T>; };
 template <typename T> struct ProOf<8, T> { using type = ProAddHardtanhMish<T>; };
 
+// A chain's prologue with the input bias folded in: Inner(x + in_bias[c], c), the sum rounded to T as PyTorch's
+// separate bias add rounds it; Inner(x, c) without an input bias (a uniform branch: the pointer is per launch).
+template <class Inner, typename T>
+struct WithInputBias {
+  static constexpr int kVectors = Inner::kVectors, kScalars = Inner::kScalars;
+  Inner inner;
+  const float* in_bias;
+  GN_HD WithInputBias(const Args& a, int vo, int so) : inner(a, vo, so), in_bias(a.in_bias) {}
+  GN_HD float operator()(float x, int64_t c) const { return inner(in_bias ? rnd<T>(x + in_bias[c]) : x, c); }
+};
+
 template <int CODE, typename T> struct EpiOf;
 template <typename T> struct EpiOf<0, T> { using type = EpiIdentity<T>; };
 template <typename T> struct EpiOf<1, T> { using type = EpiHardswish<T>; };
@@ -394,7 +411,7 @@ inline std::vector<int64_t> output_shape(const at::Tensor& x, const Problem& p) 
 inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps, int64_t prologue, int64_t epilogue, at::TensorList vectors, at::ArrayRef<double> scalars,
                        int64_t input_pool, int64_t output, int64_t output_pool, int64_t stats_mode,
-                       std::vector<at::Tensor>& keep) {
+                       const std::optional<at::Tensor>& input_bias, std::vector<at::Tensor>& keep) {
   const at::ScalarType t = x.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
               gn_inline_msg::not_implemented_for("fused_group_norm", t));
@@ -479,6 +496,7 @@ inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor
   for (int i = 0; i < n_scalars; ++i) p.args.scal[i] = static_cast<float>(scalars[i]);
   p.args.vec[kMaxVectors - 2] = as_vector(weight, "weight");
   p.args.vec[kMaxVectors - 1] = as_vector(bias, "bias");
+  p.args.in_bias = input_bias.has_value() && input_bias->defined() ? as_vector(*input_bias, "input_bias") : nullptr;
   return p;
 }
 
@@ -506,7 +524,7 @@ namespace gn_family {
 
 template <typename T, int P, int E>
 void run_cpu(const at::Tensor& x, const Problem& p, at::Tensor& out) {
-  using Pro = typename ProOf<P, T>::type;
+  using Pro = WithInputBias<typename ProOf<P, T>::type, T>;
   using Epi = typename EpiOf<E, T>::type;
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
@@ -582,11 +600,12 @@ void dispatch_cpu(const at::Tensor& x, int64_t pro, int64_t epi, const Problem& 
 at::Tensor fused_group_norm_cpu(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                 const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                 at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
-                                int64_t output, int64_t output_pool, int64_t stats_mode) {
+                                int64_t output, int64_t output_pool, int64_t stats_mode,
+                                const std::optional<at::Tensor>& input_bias) {
   TORCH_CHECK(x.device().is_cpu(), "fused_group_norm_cpu: expected a CPU tensor");
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, stats_mode, keep);
+                            output, output_pool, stats_mode, input_bias, keep);
   at::Tensor out = at::empty(output_shape(x, p), x.options());
   if (p.N == 0 || p.C == 0) return out;
   switch (x.scalar_type()) {

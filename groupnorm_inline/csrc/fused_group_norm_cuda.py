@@ -18,8 +18,9 @@ cut into parts of ~8192 values (plan_parts), one work item each; a grid of SMs x
      mean_all / mean_spatial with the identity epilogue: `linear_mean_kernel`, no second pass over x: the mean of
                    z = affine(v) over a channel is affine(mean of v), and pass 1 has each row's sum: x read once;
      other means   `part_sum_kernel` (per-item float64 sums of e) then `mean_kernel`;
-     max_pool      `apply_kernel<kMaxPool>`: one CTA per (row, chunk of output pixels), the max over each window.
-  input_pool > 1 (#11): `stats_kernel` / `apply_kernel<kStore>` per (row, chunk of pooled values), scalar loads.
+     max_pool      `max_pool_kernel`: one CTA per (row, chunk of output pixels), the max over each window.
+  input_pool > 1 (#11): `pooled_stats_kernel` / `pooled_store_kernel` over parts of ~2048 pooled values of a group
+     (its rows are contiguous), walked by a machine-filling grid; scalar loads, k * k per pooled value.
 
 Rows path (the GEMM problems: x (N, C), slices of cpg contiguous values): `rows_kernel`, one CTA per row, each
 warp takes groups warp, warp + 8, ...; a lane holds the values lane, lane + 32, ... of the group in registers
@@ -42,46 +43,20 @@ constexpr int kItems = 8;                       // GroupNorm inputs per thread p
 constexpr int64_t kChunk = kThreads * kItems;   // per CTA of the slice path
 constexpr int kWarps = kThreads / 32;
 
+// One warp per (n, g): float2 (mean, rstd) from the group's `per_group` partials (items of a group are contiguous:
+// group * per_group onwards), added in float64 in a fixed order.
 template <typename T, class Pro>
-__global__ void __launch_bounds__(kThreads) stats_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
-                                                         double2* __restrict__ partial) {
-  __shared__ double scratch[64];
-  const int64_t task = blockIdx.x;
-  const int64_t row = task / chunks, chunk = task - row * chunks;
-  const int64_t n = row / p.C, c = row - n * p.C, c_first = (c / p.cpg) * p.cpg;
-  const Pro pro(p.args, 0, 0);
-  const float shift = load_value<T, Pro>(x + (n * p.C + c_first) * p.S_in, 0, c_first, pro, p);
-  const T* xr = x + row * p.S_in;
-  const int64_t begin = chunk * kChunk + threadIdx.x;
-  float d[kItems];
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-    d[i] = s < p.S ? load_value<T, Pro>(xr, s, c, pro, p) - shift : 0.0f;
-  }
-  float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    s1 += d[i];
-    s2 = fmaf(d[i], d[i], s2);
-  }
-  double a = s1, b = s2;
-  gn_inline::block_sum2(a, b, scratch);
-  if (threadIdx.x == 0) partial[task] = make_double2(a, b);
-}
-
-// One warp per (n, g): float2 (mean, rstd) from the cpg * chunks partials of its rows.
-template <typename T, class Pro>
-__global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
+__global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restrict__ x, const Problem p,
+                                                               int64_t per_group,
                                                                const double2* __restrict__ partial,
                                                                float2* __restrict__ stats) {
   const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (group >= p.N * p.G) return;  // whole warps leave together
   const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
-  const int64_t first = (n * p.C + c_first) * chunks, count = p.cpg * chunks;
+  const int64_t first = group * per_group;
   double a = 0.0, b = 0.0;
-  for (int64_t i = lane; i < count; i += 32) {
+  for (int64_t i = lane; i < per_group; i += 32) {
     const double2 q = partial[first + i];
     a += q.x;
     b += q.y;
@@ -102,10 +77,88 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
   }
 }
 
-template <typename T, class Pro, class Epi, int OUTPUT>
-__global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
-                                                         const float2* __restrict__ stats, T* __restrict__ out,
-                                                         double* __restrict__ sums) {
+// ------------------------------------------------------------------ pooled-input path (input_pool = k > 1, #11)
+// The GroupNorm input is the k x k max-pool of the prologue's values. A group's pooled values are contiguous in
+// the pooled index space (its cpg rows of S pooled values each): j in [0, cpg * S) is channel c_first + j / S,
+// position j % S. Each group is cut into `parts` parts of ~kPooledPart pooled values, one work item each
+// (item = group * parts + part), and a grid of SMs x resident CTAs walks the items: every thread has a few
+// pooled values per item whatever S is (a CTA per row left most threads idle when S is a few hundred).
+
+constexpr int64_t kPooledPart = 2048;  // pooled values per item: 8 per thread, k * k loads each
+
+struct GroupParts {
+  int64_t parts = 1, part_len = 1, items = 0;
+};
+
+inline GroupParts plan_group_parts(int64_t groups, int64_t group_len) {
+  GroupParts r;
+  r.parts = std::max<int64_t>(1, (group_len + kPooledPart - 1) / kPooledPart);
+  r.part_len = (group_len + r.parts - 1) / r.parts;
+  r.items = groups * r.parts;
+  return r;
+}
+
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) pooled_stats_kernel(const T* __restrict__ x, const Problem p,
+                                                                const GroupParts gp,
+                                                                double2* __restrict__ partial) {
+  __shared__ double scratch[64];
+  const Pro pro(p.args, 0, 0);
+  const int64_t group_len = p.cpg * p.S;
+  for (int64_t item = blockIdx.x; item < gp.items; item += gridDim.x) {
+    const int64_t group = item / gp.parts, part = item - group * gp.parts;
+    const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
+    const T* xg = x + (n * p.C + c_first) * p.S_in;
+    const float shift = load_value<T, Pro>(xg, 0, c_first, pro, p);
+    const int64_t begin = part * gp.part_len;
+    const int64_t end = begin + gp.part_len < group_len ? begin + gp.part_len : group_len;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+      const int64_t dc = j / p.S, s = j - dc * p.S;
+      const float d = load_value<T, Pro>(xg + dc * p.S_in, s, c_first + dc, pro, p) - shift;
+      s1 += d;
+      s2 = fmaf(d, d, s2);
+    }
+    double a = s1, b = s2;
+    gn_inline::block_sum2(a, b, scratch);  // ends with a barrier: scratch is free for the next item
+    if (threadIdx.x == 0) partial[item] = make_double2(a, b);
+  }
+}
+
+// The output of the pooled path: items in the reverse order of the statistics (the last ones are still in L2),
+// stores coalesced (the group's output rows are contiguous too).
+template <typename T, class Pro, class Epi>
+__global__ void __launch_bounds__(kThreads) pooled_store_kernel(const T* __restrict__ x, const Problem p,
+                                                                const GroupParts gp,
+                                                                const float2* __restrict__ stats,
+                                                                T* __restrict__ out) {
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const int64_t group_len = p.cpg * p.S;
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
+  for (int64_t k = blockIdx.x; k < gp.items; k += gridDim.x) {
+    const int64_t item = gp.items - 1 - k;
+    const int64_t group = item / gp.parts, part = item - group * gp.parts;
+    const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
+    const T* xg = x + (n * p.C + c_first) * p.S_in;
+    T* og = out + (n * p.C + c_first) * p.S;
+    const float2 st = stats[group];
+    const int64_t begin = part * gp.part_len;
+    const int64_t end = begin + gp.part_len < group_len ? begin + gp.part_len : group_len;
+    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+      const int64_t dc = j / p.S, s = j - dc * p.S, c = c_first + dc;
+      const float v = load_value<T, Pro>(xg + dc * p.S_in, s, c, pro, p);
+      const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c], fused);
+      og[j] = static_cast<T>(epi(rnd<T>(aff(v)), c));
+    }
+  }
+}
+
+// max_pool output: one CTA per (row, chunk of kChunk output pixels), the max over each window of the epilogue's
+// values.
+template <typename T, class Pro, class Epi>
+__global__ void __launch_bounds__(kThreads) max_pool_kernel(const T* __restrict__ x, const Problem p, int64_t chunks,
+                                                            const float2* __restrict__ stats, T* __restrict__ out) {
   const int64_t task = blockIdx.x;
   const int64_t row = task / chunks, chunk = task - row * chunks;
   const int64_t n = row / p.C, c = row - n * p.C;
@@ -116,48 +169,20 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(const T* __restrict__ x
                           (p.stats_mode & kFusedAffine) != 0);
   const T* xr = x + row * p.S_in;
   const int64_t begin = chunk * kChunk + threadIdx.x;
-  if constexpr (OUTPUT == kMaxPool) {
-    const int64_t pixels = p.OH * p.OW;
-    T* o = out + row * pixels;
+  const int64_t pixels = p.OH * p.OW;
+  T* o = out + row * pixels;
 #pragma unroll 2
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t q = begin + static_cast<int64_t>(i) * kThreads;
-      if (q < pixels) {
-        const int64_t h0 = (q / p.OW) * p.out_pool, w0 = (q % p.OW) * p.out_pool;
-        float m = -INFINITY;
-        for (int64_t u = 0; u < p.out_pool; ++u)
-          for (int64_t k = 0; k < p.out_pool; ++k) {
-            const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
-            m = maximum_nan(m, epi(rnd<T>(aff(v)), c));
-          }
-        o[q] = static_cast<T>(m);
-      }
-    }
-  } else {
-    float v[kItems];
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-      v[i] = s < p.S ? load_value<T, Pro>(xr, s, c, pro, p) : 0.0f;
-    }
-    if constexpr (OUTPUT == kStore) {
-      T* o = out + row * p.S;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) {
-        const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) o[s] = static_cast<T>(epi(rnd<T>(aff(v[i])), c));
-      }
-    } else {  // kMeanAll, kMeanSpatial: the chunk's sum of e
-      __shared__ double scratch[64];
-      float acc = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i) {
-        const int64_t s = begin + static_cast<int64_t>(i) * kThreads;
-        if (s < p.S) acc += epi(rnd<T>(aff(v[i])), c);
-      }
-      double a = acc, unused = 0.0;
-      gn_inline::block_sum2(a, unused, scratch);
-      if (threadIdx.x == 0) sums[task] = a;
+  for (int i = 0; i < kItems; ++i) {
+    const int64_t q = begin + static_cast<int64_t>(i) * kThreads;
+    if (q < pixels) {
+      const int64_t h0 = (q / p.OW) * p.out_pool, w0 = (q % p.OW) * p.out_pool;
+      float m = -INFINITY;
+      for (int64_t u = 0; u < p.out_pool; ++u)
+        for (int64_t k = 0; k < p.out_pool; ++k) {
+          const float v = pro(static_cast<float>(xr[(h0 + u) * p.W + w0 + k]), c);
+          m = maximum_nan(m, epi(rnd<T>(aff(v)), c));
+        }
+      o[q] = static_cast<T>(m);
     }
   }
 }
@@ -501,21 +526,22 @@ void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// input_pool > 1 (#11: GroupNorm of a max-pooled prologue): one CTA per (row, chunk of kChunk pooled values).
+// input_pool > 1 (#11: GroupNorm of a max-pooled prologue): statistics and output over group parts.
 template <typename T, class Pro, class Epi>
 void launch_pooled(const T* x, const Problem& p, T* out, const at::Tensor& x_t, cudaStream_t stream) {
-  const int64_t rows = p.N * p.C, chunks = (p.S + kChunk - 1) / kChunk;
-  at::Tensor partial = at::empty({rows * chunks, 2}, x_t.options().dtype(at::kDouble));
+  const GroupParts gp = plan_group_parts(p.N * p.G, p.cpg * p.S);
+  at::Tensor partial = at::empty({gp.items, 2}, x_t.options().dtype(at::kDouble));
   at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
   auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
   auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
-  stats_kernel<T, Pro><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(x, p, chunks, partial_p);
+  pooled_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&pooled_stats_kernel<T, Pro>), gp.items),
+                                kThreads, 0, stream>>>(x, p, gp, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, chunks, partial_p, stats_p);
+      x, p, gp.parts, partial_p, stats_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  apply_kernel<T, Pro, Epi, kStore><<<grid_of(rows * chunks, "input"), kThreads, 0, stream>>>(
-      x, p, chunks, stats_p, out, nullptr);
+  pooled_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&pooled_store_kernel<T, Pro, Epi>),
+                                                  gp.items), kThreads, 0, stream>>>(x, p, gp, stats_p, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -537,13 +563,13 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
                               kThreads, 0, stream>>>(x, p, rp, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, rp.parts, partial_p, stats_p);
+      x, p, p.cpg * rp.parts, partial_p, stats_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   switch (p.output) {
     case kMaxPool: {
       const int64_t out_chunks = (p.OH * p.OW + kChunk - 1) / kChunk;
-      apply_kernel<T, Pro, Epi, kMaxPool><<<grid_of(rows * out_chunks, "input"), kThreads, 0, stream>>>(
-          x, p, out_chunks, stats_p, out, nullptr);
+      max_pool_kernel<T, Pro, Epi><<<grid_of(rows * out_chunks, "input"), kThreads, 0, stream>>>(
+          x, p, out_chunks, stats_p, out);
       break;
     }
     case kMeanAll:
@@ -575,7 +601,7 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
 
 template <typename T, int P, int E, int PATHS>
 void run_cuda(const at::Tensor& x, const Problem& p, at::Tensor& out, cudaStream_t stream) {
-  using Pro = typename ProOf<P, T>::type;
+  using Pro = WithInputBias<typename ProOf<P, T>::type, T>;
   using Epi = typename EpiOf<E, T>::type;
   if constexpr ((PATHS & kRowsPath) != 0) {
     if (x.dim() == 2 && (p.output == kStore || p.output == kMinChannels)) {
@@ -601,12 +627,13 @@ void dispatch_cuda(const at::Tensor& x, int64_t pro, int64_t epi, const Problem&
 at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                  at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
-                                 int64_t output, int64_t output_pool, int64_t stats_mode) {
+                                 int64_t output, int64_t output_pool, int64_t stats_mode,
+                                 const std::optional<at::Tensor>& input_bias) {
   TORCH_CHECK(x.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
   const c10::cuda::CUDAGuard guard(x.device());
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, stats_mode, keep);
+                            output, output_pool, stats_mode, input_bias, keep);
   at::Tensor out = at::empty(output_shape(x, p), x.options());
   if (p.N == 0 || p.C == 0) return out;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();

@@ -23,6 +23,9 @@ Epilogues (per element, after the affine):
     leaky_relu_double (slope)                    t = leaky_relu(z, slope); t + t
     silu_mul_silu [w]                            t = silu(z) * w; silu(t)
 Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
+input_bias (C,): the bias of the convolution before the operator, added to x as it is read: on CUDA the problem
+modules run their convolution without its bias (`convolution_deferring_bias`), which saves PyTorch's separate
+bias-add kernel, a full read and write of the convolution's output.
 
 Roundings reproduced for float16/bfloat16 data (KernelBench's precision option compares with the reference run in
 that dtype, and a GroupNorm divides any difference in its input by the group's spread, so a one-unit difference
@@ -46,6 +49,8 @@ import math
 import os
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
 
@@ -102,9 +107,10 @@ def channel_vector(param: torch.Tensor, channels: int) -> torch.Tensor:
 
 def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_vectors=(), prologue_scalars=(),
                      epilogue: str = "identity", epilogue_vectors=(), epilogue_scalars=(), input_pool: int = 1,
-                     output: str = "store", output_pool: int = 1) -> torch.Tensor:
-    """One launch sequence of the family operator: `gn` (an nn.GroupNorm) applied to Pool(Prologue(x)), then
-    the epilogue and the output reduction. x: (N, C, *) float32/float16/bfloat16; never written."""
+                     output: str = "store", output_pool: int = 1, input_bias=None) -> torch.Tensor:
+    """One launch sequence of the family operator: `gn` (an nn.GroupNorm) applied to Pool(Prologue(x + input_bias)),
+    then the epilogue and the output reduction. x: (N, C, *) float32/float16/bfloat16; never written. input_bias:
+    None or the (C,) bias of the convolution before, as `convolution_deferring_bias` returns it."""
     channels = x.shape[1] if x.dim() >= 2 else 0
     weight = gn.weight.detach() if gn.weight is not None else x.new_ones(channels)
     bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
@@ -112,14 +118,35 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
     scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
     return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps,
                                         PROLOGUES[prologue], EPILOGUES[epilogue], vectors, scalars, input_pool,
-                                        OUTPUTS[output], output_pool, stats_mode(x, input_pool))
+                                        OUTPUTS[output], output_pool, stats_mode(x, input_pool),
+                                        None if input_bias is None else input_bias.detach())
 
 
-def batch_norm_statistics(bn, x: torch.Tensor):
-    """(mean, invstd) per channel that `bn` (an nn.BatchNorm*d) normalises x (N, C, *) with in its forward, and
-    the same update of its buffers: in training mode (or without running statistics) the batch's own mean and
-    biased variance, running_mean/running_var moved by the momentum (the unbiased variance, as PyTorch) and
-    num_batches_tracked counted; in eval mode the running statistics."""
+def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None):
+    """(y, bias): `conv` (an nn.Conv*d or nn.ConvTranspose*d) applied to x, and the bias still to be added (the
+    family operator's `input_bias`), or None. defer None: on CUDA the convolution runs without its bias (PyTorch's
+    cuDNN path adds the bias in an elementwise kernel of its own, a full read and write of y, and the operator adds
+    it to each value it reads with the same rounding); on the CPU, where oneDNN adds the bias inside the
+    convolution, (conv(x), None). defer True/False forces the choice."""
+    if defer is None:
+        defer = x.is_cuda
+    if conv.bias is None or not defer or conv.padding_mode != "zeros":
+        return conv(x), None
+    if isinstance(conv, nn.modules.conv._ConvTransposeNd):
+        transposed = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[len(conv.kernel_size) - 1]
+        y = transposed(x, conv.weight, None, conv.stride, conv.padding, conv.output_padding, conv.groups,
+                       conv.dilation)
+    else:
+        y = conv._conv_forward(x, conv.weight, None)
+    return y, conv.bias
+
+
+def batch_norm_statistics(bn, x: torch.Tensor, input_bias=None):
+    """(mean, invstd) per channel that `bn` (an nn.BatchNorm*d) normalises x + input_bias (x (N, C, *), input_bias
+    None or (C,)) with in its forward, and the same update of its buffers: in training mode (or without running
+    statistics) the batch's own mean and biased variance, running_mean/running_var moved by the momentum (the
+    unbiased variance, as PyTorch) and num_batches_tracked counted; in eval mode the running statistics. A
+    per-channel bias moves the mean only: the statistics are taken over x and the bias added to the mean."""
     factor = 0.0 if bn.momentum is None else bn.momentum
     if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
         bn.num_batches_tracked.add_(1)
@@ -130,6 +157,8 @@ def batch_norm_statistics(bn, x: torch.Tensor):
             return bn.running_mean.float(), torch.rsqrt(bn.running_var.float() + bn.eps)
         dims = [0] + list(range(2, x.dim()))
         var, mean = torch.var_mean(x.float(), dim=dims, unbiased=False)  # float32 statistics for half data too
+        if input_bias is not None:
+            mean = mean + input_bias.detach().float()
         count = x.numel() // x.shape[1]
         if bn.training and bn.running_mean is not None and bn.running_var is not None:
             unbiased = var * (count / max(count - 1, 1))

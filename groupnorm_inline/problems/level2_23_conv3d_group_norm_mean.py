@@ -7,14 +7,14 @@ dimension but the batch: output (128,).
 With GroupNorm's initial affine parameters (weight 1, bias 0) every group's normalised values sum to zero, so the
 reference output is float32 rounding noise near 0; tests and the GPU script also set other affine parameters.
 
-`ModelNew`: the convolution (PyTorch), then one family operator: GroupNorm with the mean_all output (per-chunk
-partial sums of the normalised values; the normalised tensor is never written).
-"""
+`ModelNew`: the convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then one family
+operator: GroupNorm with the mean_all output (per-chunk partial sums of the normalised values; the normalised tensor
+is never written)."""
 
 import torch
 import torch.nn as nn
 
-from .family import group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -48,8 +48,8 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups, out_channels)
 
     def forward(self, x):
-        x = self.conv(x)
-        return group_norm_chain(x, self.group_norm, output="mean_all")
+        x, conv_bias = convolution_deferring_bias(self.conv, x)
+        return group_norm_chain(x, self.group_norm, output="mean_all", input_bias=conv_bias)
 
 
 batch_size = 128

@@ -4,15 +4,14 @@
 from `torch.rand`, Conv3d 3 -> 16 (4 x 4 x 4) to (1024, 16, 13, 29, 29), HardSwish, GroupNorm with 4 groups (the
 constructor's default), the mean over the spatial dimensions: output (1024, 16).
 
-`ModelNew`: the convolution (PyTorch), then one family operator: prologue HardSwish, GroupNorm, the mean_spatial
-output (the normalised tensor is never written).
-"""
+`ModelNew`: the convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then one family
+operator: prologue HardSwish, GroupNorm, the mean_spatial output (the normalised tensor is never written)."""
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .family import group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -45,8 +44,8 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups, out_channels)
 
     def forward(self, x):
-        x = self.conv(x)
-        return group_norm_chain(x, self.group_norm, prologue="hardswish", output="mean_spatial")
+        x, conv_bias = convolution_deferring_bias(self.conv, x)
+        return group_norm_chain(x, self.group_norm, prologue="hardswish", output="mean_spatial", input_bias=conv_bias)
 
 
 # === Test config ===

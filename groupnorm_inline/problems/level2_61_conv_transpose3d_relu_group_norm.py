@@ -4,13 +4,13 @@
 from `torch.rand`, ConvTranspose3d 64 -> 128 (3 x 3 x 3, no bias) to (16, 128, 34, 34, 34), ReLU, GroupNorm with 8
 groups.
 
-`ModelNew`: the transposed convolution (PyTorch), then one family operator: prologue ReLU, GroupNorm.
-"""
+`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then
+one family operator: prologue ReLU, GroupNorm."""
 
 import torch
 import torch.nn as nn
 
-from .family import group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -47,8 +47,8 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels)
 
     def forward(self, x):
-        x = self.conv_transpose(x)
-        return group_norm_chain(x, self.group_norm, prologue="relu")
+        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x)
+        return group_norm_chain(x, self.group_norm, prologue="relu", input_bias=conv_bias)
 
 
 batch_size = 16

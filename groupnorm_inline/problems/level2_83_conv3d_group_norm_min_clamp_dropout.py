@@ -7,17 +7,17 @@ min_value = 0, clamp to [0, 1], Dropout(0.2) (active: the harness never calls ev
 min(v, 0) clamped to [0, 1] is 0 for every value but NaN, so the reference output is zeros (NaN where the
 normalised value is NaN).
 
-`ModelNew`: the convolution (PyTorch), one family operator (GroupNorm, epilogue min + clamp), then the module's own
-Dropout, which draws its mask from PyTorch's generator exactly as the reference does (same numel, same generator
-state afterwards). `constant_shortcut=True` (keyword-only, off by default) uses the identity above instead: it
-skips the convolution and the GroupNorm and returns Dropout(full(clamp(min_value))) of the output shape, the same
-values for every finite input and the same generator draw; NaN or inf in x or the parameters would not show.
-"""
+`ModelNew`: the convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), one family
+operator (GroupNorm, epilogue min + clamp), then the module's own Dropout, which draws its mask from PyTorch's
+generator exactly as the reference does (same numel, same generator state afterwards). `constant_shortcut=True`
+(keyword-only, off by default) uses the identity above instead: it skips the convolution and the GroupNorm and returns
+Dropout(full(clamp(min_value))) of the output shape, the same values for every finite input and the same generator
+draw; NaN or inf in x or the parameters would not show."""
 
 import torch
 import torch.nn as nn
 
-from .family import group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -65,9 +65,9 @@ class ModelNew(nn.Module):
         if self.constant_shortcut:
             # clamp(min(v, lo), lo, hi) = min(max(min(v, lo), lo), hi) = min(lo, hi) for every finite v.
             return self.dropout(x.new_full(self._output_shape(x), min(self.min_value, self.max_value)))
-        x = self.conv(x)
+        x, conv_bias = convolution_deferring_bias(self.conv, x)
         x = group_norm_chain(x, self.norm, epilogue="min_clamp",
-                             epilogue_scalars=(self.min_value, self.min_value, self.max_value))
+                             epilogue_scalars=(self.min_value, self.min_value, self.max_value), input_bias=conv_bias)
         return self.dropout(x)
 
 

@@ -4,15 +4,15 @@
 from `torch.rand`, Conv2d 8 -> 64 (3 x 3) to (128, 64, 126, 126), GroupNorm with 16 groups, * scale (64, 1, 1),
 MaxPool 4 x 4, clamp to [0, 1]: output (128, 64, 31, 31).
 
-`ModelNew`: the convolution (PyTorch), then one family operator: GroupNorm, epilogue scale and clamp, the max_pool
-output (only the pooled tensor is written). The clamp is applied before the max instead of after it: a clamp is
-non-decreasing and max-pool only selects, so both orders give the same values (NaN included).
-"""
+`ModelNew`: the convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then one family
+operator: GroupNorm, epilogue scale and clamp, the max_pool output (only the pooled tensor is written). The clamp is
+applied before the max instead of after it: a clamp is non-decreasing and max-pool only selects, so both orders give
+the same values (NaN included)."""
 
 import torch
 import torch.nn as nn
 
-from .family import group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -57,10 +57,10 @@ class ModelNew(nn.Module):
         self.clamp_max = clamp_max
 
     def forward(self, x):
-        x = self.conv(x)
+        x, conv_bias = convolution_deferring_bias(self.conv, x)
         return group_norm_chain(x, self.group_norm, epilogue="scale_clamp", epilogue_vectors=(self.scale,),
                                 epilogue_scalars=(self.clamp_min, self.clamp_max), output="max_pool",
-                                output_pool=self.maxpool.kernel_size)
+                                output_pool=self.maxpool.kernel_size, input_bias=conv_bias)
 
 
 batch_size = 128
