@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The KernelBench-family GPU checks in one machine call: build once (or restore a build cache carried from an
+# earlier call of the same machine kind), then the steps named on the command line, each logged to $OUT.
+#
+#   bash benchmarks/run_family_device.sh tests sanitizer profile check compile
+#
+# Steps:
+#   tests      pytest -m cuda of the family's test file (the real GPU kernels against eager and float64)
+#   sanitizer  compute-sanitizer memcheck on the family's small CUDA tests (pooled input, input_bias)
+#   bnstats    BatchNorm statistics of #11's convolution output: torch.var_mean against torch.batch_norm_stats
+#   profile    benchmarks/profile_family.py over $PROFILE_PROBLEMS (default: the convolution problems)
+#   check      benchmarks/check_kernelbench_family.py --no-compile over $CHECK_PROBLEMS (default: all)
+#   compile    the same, timing only, with torch.compile, over $COMPILE_PROBLEMS
+# Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc),
+# CACHE_TARBALL (default build/devcache/gnc.tgz: restored before the build when present; the cache after the
+# build is written to $OUT/gnc.tgz, objects left out, to be carried into the next call).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-benchmarks/results/device}
+export GROUPNORM_INLINE_CACHE_DIR=${GROUPNORM_INLINE_CACHE_DIR:-/tmp/gnc}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+PYTHON=${PYTHON:-python}
+CACHE_TARBALL=${CACHE_TARBALL:-build/devcache/gnc.tgz}
+mkdir -p "$OUT" "$GROUPNORM_INLINE_CACHE_DIR"
+start=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - start )) s"; }
+
+if [ -f "$CACHE_TARBALL" ]; then
+    tar xzf "$CACHE_TARBALL" -C "$GROUPNORM_INLINE_CACHE_DIR" && echo "restored the build cache from $CACHE_TARBALL"
+fi
+"$PYTHON" -c "import groupnorm_inline; from groupnorm_inline.problems import family_kernels, level2_94_kernels; \
+family_kernels.load(); level2_94_kernels.load()" 2>&1 | tail -n 8
+echo "build/load: $(elapsed)"
+tar czf "$OUT/gnc.tgz" -C "$GROUPNORM_INLINE_CACHE_DIR" --exclude='*.o' --exclude='.ninja_deps' --exclude='lock' .
+
+for step in "$@"; do
+    echo "== $step ($(elapsed))"
+    case $step in
+    tests)
+        timeout 400 "$PYTHON" -m pytest tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider 2>&1 \
+            | tail -n 30 | tee "$OUT/pytest-family-cuda.txt" ;;
+    sanitizer)
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
+            tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
+            -k "pooled_input or (input_bias and float32)" \
+            2>&1 | tail -n 20 | tee "$OUT/sanitizer-family.txt"
+        echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-family.txt" ;;
+    bnstats)
+        "$PYTHON" - <<'EOF' 2>&1 | tee "$OUT/bnstats.txt"
+import sys
+import torch
+sys.path.insert(0, "benchmarks")
+from timing import L2Flusher, TimingPlan, time_cuda
+x = torch.rand(512, 128, 34, 34, device="cuda") - 0.3
+flusher, plan = L2Flusher(torch.device("cuda")), TimingPlan(warmup=3, min_iters=10, max_iters=50, target_s=0.5)
+copy_ms = time_cuda(lambda: x.clone(), plan, flusher).mean_ms
+vm = time_cuda(lambda: torch.var_mean(x, dim=[0, 2, 3], unbiased=False), plan, flusher).mean_ms
+bs = time_cuda(lambda: torch.batch_norm_stats(x, 1e-5), plan, flusher).mean_ms
+var, mean = torch.var_mean(x.double(), dim=[0, 2, 3], unbiased=False)
+m2, invstd = torch.batch_norm_stats(x, 1e-5)
+err = ((m2.double() - mean).abs().max().item(), (invstd.double() - 1 / torch.sqrt(var + 1e-5)).abs().max().item())
+print(f"(512,128,34,34) fp32: copy {copy_ms:.3f} ms, var_mean {vm:.3f} ms, batch_norm_stats {bs:.3f} ms; "
+      f"batch_norm_stats errors vs float64 (mean, invstd): {err[0]:.2e}, {err[1]:.2e}")
+EOF
+        ;;
+    profile)
+        timeout 300 "$PYTHON" benchmarks/profile_family.py --problems "${PROFILE_PROBLEMS:-11,19,21,23,27,60,61,83,85}" \
+            2>&1 | tail -n 150 ;;
+    check)
+        timeout 560 "$PYTHON" benchmarks/check_kernelbench_family.py --no-compile ${CHECK_PROBLEMS:+--problems $CHECK_PROBLEMS} \
+            2>&1 | tail -n 40 ;;
+    compile)
+        timeout 560 "$PYTHON" benchmarks/check_kernelbench_family.py --timing-only \
+            ${COMPILE_PROBLEMS:+--problems $COMPILE_PROBLEMS} 2>&1 | tail -n 40 ;;
+    *) echo "unknown step $step" ;;
+    esac
+done
+echo "total: $(elapsed)"
