@@ -49,8 +49,6 @@ import math
 import os
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
 
@@ -132,8 +130,8 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None)
         defer = x.is_cuda
     if conv.bias is None or not defer or conv.padding_mode != "zeros":
         return conv(x), None
-    if isinstance(conv, nn.modules.conv._ConvTransposeNd):
-        transposed = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[len(conv.kernel_size) - 1]
+    if conv.transposed:  # torch.conv_transpose*d: the export's static rules refuse torch.nn.functional
+        transposed = (torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d)[len(conv.kernel_size) - 1]
         y = transposed(x, conv.weight, None, conv.stride, conv.padding, conv.output_padding, conv.groups,
                        conv.dilation)
     else:

@@ -6,7 +6,7 @@ from `torch.rand` (the file sets height = width = 2048 and then 32, 32: the last
 groups, output (512, 128, 17, 17).
 
 `ModelNew` has the same constructor arguments, submodules and RNG draws. Its forward: the transposed convolution
-(PyTorch; on CUDA without its bias, which the operator adds as it reads), the BatchNorm's statistics as its forward
+(PyTorch; on CUDA in float32 without its bias, which the operator adds as it reads), the BatchNorm's statistics as its forward
 takes them (the batch's mean and biased variance in training mode, which the harness never leaves, with the same
 update of the running buffers; the running statistics in eval mode), then one family operator: prologue BatchNorm +
 Tanh, the 2 x 2 max-pool on the read (input_pool), GroupNorm. The pooled (512, 128, 17, 17) tensor is never written
@@ -51,7 +51,11 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups=num_groups, num_channels=out_channels)
 
     def forward(self, x):
-        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x)
+        # The bias is deferred for float32 only: the BatchNorm's statistics are taken over x without it (the bias
+        # moves the mean only), while in float16/bfloat16 the reference takes them over x + bias rounded to the
+        # dtype, and those roundings move the variance of a narrow channel by more than the precision check allows.
+        deferred = x.is_cuda and x.dtype == torch.float32
+        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x, defer=deferred)
         mean, invstd = batch_norm_statistics(self.batch_norm, x, conv_bias)
         bn_weight, bn_bias = batch_norm_affine(self.batch_norm, x.shape[1], x)
         return group_norm_chain(x, self.group_norm, prologue="batch_norm_tanh",
