@@ -5,7 +5,11 @@
 #   bash benchmarks/run_family_device.sh tests sanitizer profile check compile
 #
 # Steps:
-#   tests      pytest -m cuda of the family's test file (the real GPU kernels against eager and float64)
+#   tests      pytest -m cuda of the family's test file (the real GPU kernels against eager and float64);
+#              $TESTS_K narrows it (pytest -k)
+#   cltests    pytest of the channels-last CUDA kernels (tests/test_channels_last_cuda.py), failures in full
+#   clsanitizer  compute-sanitizer memcheck over channels_last_check.py --small (forward and backward)
+#   rows       benchmarks/profile_rows.py over $PROFILE_ROWS (kernels of ours, eager, compile per row)
 #   sanitizer  compute-sanitizer memcheck on the family's small CUDA tests (pooled input, input_bias)
 #   bnstats    BatchNorm statistics of #11's convolution output: torch.var_mean against torch.batch_norm_stats
 #   profile    benchmarks/profile_family.py over $PROFILE_PROBLEMS (default: the convolution problems)
@@ -39,8 +43,17 @@ for step in "$@"; do
     echo "== $step ($(elapsed))"
     case $step in
     tests)
-        timeout 400 "$PYTHON" -m pytest tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider 2>&1 \
-            | tail -n 30 | tee "$OUT/pytest-family-cuda.txt" ;;
+        timeout 400 "$PYTHON" -m pytest tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
+            ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -n 30 | tee "$OUT/pytest-family-cuda.txt" ;;
+    cltests)
+        timeout 400 "$PYTHON" -m pytest tests/test_channels_last_cuda.py -m cuda -q -p no:cacheprovider --tb=short \
+            2>&1 | tail -n 80 | tee "$OUT/pytest-channels-last-cuda.txt" ;;
+    clsanitizer)
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/channels_last_check.py \
+            --small --no-compile 2>&1 | tail -n 20 | tee "$OUT/sanitizer-channels-last.txt"
+        echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-channels-last.txt" ;;
+    rows)
+        timeout 300 "$PYTHON" benchmarks/profile_rows.py --rows "${PROFILE_ROWS:-}" 2>&1 | tail -n 150 ;;
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
             tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \

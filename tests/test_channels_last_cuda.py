@@ -45,6 +45,7 @@ SHAPES = [
     ((1, 32, 64, 64), 8),          # HW = 4096: many tiles per sample
     ((2, 12, 3, 5, 7), 4),         # 5-D, C/G = 3
     ((1, 64, 4, 6, 5), 8),         # 5-D, C/G = 8
+    ((2048, 8, 2, 2), 4),          # more samples than resident CTAs: the three-launch forward, not the fused one
 ]
 SHAPE_IDS = [f"{tuple(s)}-G{g}" for s, g in SHAPES]
 
@@ -122,8 +123,8 @@ def test_forward_float32_params_of_half_input(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("shape, groups", [((1, 128, 33, 31), 32), ((2, 6, 40, 40), 3), ((1, 64, 3, 4, 50), 1)],
-                         ids=str)
+@pytest.mark.parametrize("shape, groups", [((1, 128, 33, 31), 32), ((2, 6, 40, 40), 3), ((1, 64, 3, 4, 50), 1),
+                                           ((2048, 8, 2, 2), 4)], ids=str)
 def test_forward_large_mean(shape, groups, dtype):
     """|mean| = 1e4 std: shifted sums keep the statistics and the output accurate."""
     x = _input(shape, dtype, mean=1e4, std=1.0)
@@ -142,6 +143,16 @@ def test_forward_unaligned_input():
     _check_forward(x, 4, w, b, "silu", None, nn.SiLU(), "unaligned")
 
 
+def test_forward_plan_names_both_paths():
+    """Both forward paths are exercised by SHAPES: one cooperative launch for a grid of one resident wave, three
+    launches where the samples alone outnumber the resident CTAs."""
+    from groupnorm_inline.functional import forward_plan
+    one = forward_plan(_input((2, 320, 16, 16), torch.float16), 32)
+    three = forward_plan(_input((2048, 8, 2, 2), torch.float32), 4)
+    assert one.startswith("channels_last fused"), one
+    assert three.startswith("channels_last (three launches)"), three
+
+
 def test_channels_last_matches_nchw():
     """The channels-last kernels and the NCHW ones agree on the same values."""
     x = _input((2, 320, 16, 16), torch.float32)
@@ -151,6 +162,22 @@ def test_channels_last_matches_nchw():
     assert_close_report(ours, nchw, 2e-6, 2e-6, "channels-last vs NCHW")
 
 
+def _group_norm64(x, groups, w, b, eps=1e-5):
+    """float64 GroupNorm as z = (x - mean) * rstd (then * w + b): an element equal to its group's mean gets z = 0
+    exactly, as in the kernels (d = x - mean first). F.group_norm's CPU kernel evaluates x * a + (-mean * a) with a
+    fused multiply-add, leaving such an element a z of +-1e-17 whose sign picks the derivative of a kinked
+    activation (leaky_relu, relu) at random; half-precision data of small groups hits this exactly."""
+    n = x.shape[0]
+    xs = x.reshape(n, groups, -1)
+    mean = xs.mean(dim=2, keepdim=True)
+    var = (xs - mean).square().mean(dim=2, keepdim=True)
+    z = ((xs - mean) * torch.rsqrt(var + eps)).reshape(x.shape)
+    if w is None:
+        return z
+    view = (1, -1) + (1,) * (x.dim() - 2)
+    return z * w.reshape(view) + b.reshape(view)
+
+
 def _check_backward(x, groups, w, b, act, params, module, grad, what):
     leaves = [x.detach().requires_grad_()] + [t.detach().requires_grad_() for t in (w, b) if t is not None]
     out = group_norm(leaves[0], groups, *(leaves[1:] if w is not None else (None, None)), 1e-5, activation=act,
@@ -158,7 +185,7 @@ def _check_backward(x, groups, w, b, act, params, module, grad, what):
     ours = torch.autograd.grad(out, leaves, grad)
     ref_leaves = [t.detach().to("cpu", torch.float64).requires_grad_() for t in leaves]
     ref_w, ref_b = (ref_leaves[1], ref_leaves[2]) if w is not None else (None, None)
-    ref = module(F.group_norm(ref_leaves[0], groups, ref_w, ref_b, 1e-5))
+    ref = module(_group_norm64(ref_leaves[0], groups, ref_w, ref_b, 1e-5))
     theirs = torch.autograd.grad(ref, ref_leaves, grad.detach().to("cpu", torch.float64))
     tol = BWD_TOL[x.dtype]
     assert ours[0].is_contiguous(memory_format=_format(x.shape)) or x.shape[2:].numel() == 1, \

@@ -98,24 +98,39 @@ inline GroupParts plan_group_parts(int64_t groups, int64_t group_len) {
   return r;
 }
 
-template <typename T, class Pro>
+// A pooled value of channel row `xr` (S_in = H * W values) at pooled position s, in index type I: int where a
+// group's input (cpg * S_in values) has fewer than 2^31 elements (the host checks), so the three divisions per
+// pooled value are 32-bit (a 64-bit division is a ~70-instruction software routine, the cost that dominated).
+template <typename I, typename T, class Pro>
+__device__ __forceinline__ float load_pooled(const T* xr, I s, int64_t c, const Pro& pro, I W, I ow, I k) {
+  const I oh = s / ow;
+  const T* window = xr + oh * k * W + (s - oh * ow) * k;
+  float m = -INFINITY;
+  for (I i = 0; i < k; ++i)
+    for (I j = 0; j < k; ++j) m = maximum_nan(m, pro(static_cast<float>(window[i * W + j]), c));
+  return m;
+}
+
+template <typename T, class Pro, typename I>
 __global__ void __launch_bounds__(kThreads) pooled_stats_kernel(const T* __restrict__ x, const Problem p,
                                                                 const GroupParts gp,
                                                                 double2* __restrict__ partial) {
   __shared__ double scratch[64];
   const Pro pro(p.args, 0, 0);
-  const int64_t group_len = p.cpg * p.S;
+  const I S = static_cast<I>(p.S), S_in = static_cast<I>(p.S_in), W = static_cast<I>(p.W);
+  const I k = static_cast<I>(p.in_pool), ow = static_cast<I>(p.W / p.in_pool);
+  const I group_len = static_cast<I>(p.cpg * p.S), part_len = static_cast<I>(gp.part_len);
   for (int64_t item = blockIdx.x; item < gp.items; item += gridDim.x) {
     const int64_t group = item / gp.parts, part = item - group * gp.parts;
     const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
     const T* xg = x + (n * p.C + c_first) * p.S_in;
-    const float shift = load_value<T, Pro>(xg, 0, c_first, pro, p);
-    const int64_t begin = part * gp.part_len;
-    const int64_t end = begin + gp.part_len < group_len ? begin + gp.part_len : group_len;
+    const float shift = load_pooled<I, T, Pro>(xg, I(0), c_first, pro, W, ow, k);
+    const I begin = static_cast<I>(part) * part_len;
+    const I end = begin + part_len < group_len ? begin + part_len : group_len;
     float s1 = 0.0f, s2 = 0.0f;
-    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
-      const int64_t dc = j / p.S, s = j - dc * p.S;
-      const float d = load_value<T, Pro>(xg + dc * p.S_in, s, c_first + dc, pro, p) - shift;
+    for (I j = begin + static_cast<I>(threadIdx.x); j < end; j += kThreads) {
+      const I dc = j / S;
+      const float d = load_pooled<I, T, Pro>(xg + dc * S_in, j - dc * S, c_first + dc, pro, W, ow, k) - shift;
       s1 += d;
       s2 = fmaf(d, d, s2);
     }
@@ -127,28 +142,33 @@ __global__ void __launch_bounds__(kThreads) pooled_stats_kernel(const T* __restr
 
 // The output of the pooled path: items in the reverse order of the statistics (the last ones are still in L2),
 // stores coalesced (the group's output rows are contiguous too).
-template <typename T, class Pro, class Epi>
+template <typename T, class Pro, class Epi, typename I>
 __global__ void __launch_bounds__(kThreads) pooled_store_kernel(const T* __restrict__ x, const Problem p,
                                                                 const GroupParts gp,
                                                                 const float2* __restrict__ stats,
                                                                 T* __restrict__ out) {
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
-  const int64_t group_len = p.cpg * p.S;
+  const I S = static_cast<I>(p.S), S_in = static_cast<I>(p.S_in), W = static_cast<I>(p.W);
+  const I k = static_cast<I>(p.in_pool), ow = static_cast<I>(p.W / p.in_pool);
+  const I group_len = static_cast<I>(p.cpg * p.S), part_len = static_cast<I>(gp.part_len);
   const bool fused = (p.stats_mode & kFusedAffine) != 0;
-  for (int64_t k = blockIdx.x; k < gp.items; k += gridDim.x) {
-    const int64_t item = gp.items - 1 - k;
+  const float* gw = p.args.vec[kMaxVectors - 2];
+  const float* gb = p.args.vec[kMaxVectors - 1];
+  for (int64_t it = blockIdx.x; it < gp.items; it += gridDim.x) {
+    const int64_t item = gp.items - 1 - it;
     const int64_t group = item / gp.parts, part = item - group * gp.parts;
     const int64_t n = group / p.G, c_first = (group - n * p.G) * p.cpg;
     const T* xg = x + (n * p.C + c_first) * p.S_in;
     T* og = out + (n * p.C + c_first) * p.S;
     const float2 st = stats[group];
-    const int64_t begin = part * gp.part_len;
-    const int64_t end = begin + gp.part_len < group_len ? begin + gp.part_len : group_len;
-    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
-      const int64_t dc = j / p.S, s = j - dc * p.S, c = c_first + dc;
-      const float v = load_value<T, Pro>(xg + dc * p.S_in, s, c, pro, p);
-      const ChannelAffine aff(st.x, st.y, p.args.vec[kMaxVectors - 2][c], p.args.vec[kMaxVectors - 1][c], fused);
+    const I begin = static_cast<I>(part) * part_len;
+    const I end = begin + part_len < group_len ? begin + part_len : group_len;
+    for (I j = begin + static_cast<I>(threadIdx.x); j < end; j += kThreads) {
+      const I dc = j / S;
+      const int64_t c = c_first + dc;
+      const float v = load_pooled<I, T, Pro>(xg + dc * S_in, j - dc * S, c, pro, W, ow, k);
+      const ChannelAffine aff(st.x, st.y, gw[c], gb[c], fused);
       og[j] = static_cast<T>(epi(rnd<T>(aff(v)), c));
     }
   }
@@ -534,14 +554,27 @@ void launch_pooled(const T* x, const Problem& p, T* out, const at::Tensor& x_t, 
   at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
   auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
   auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
-  pooled_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&pooled_stats_kernel<T, Pro>), gp.items),
-                                kThreads, 0, stream>>>(x, p, gp, partial_p);
+  // 32-bit indices inside a group where its input fits them; the item and group offsets stay 64-bit.
+  const bool narrow = p.cpg * p.S_in < (int64_t{1} << 31) - kThreads;
+  if (narrow)
+    pooled_stats_kernel<T, Pro, int><<<filling_grid(reinterpret_cast<const void*>(&pooled_stats_kernel<T, Pro, int>),
+                                                    gp.items), kThreads, 0, stream>>>(x, p, gp, partial_p);
+  else
+    pooled_stats_kernel<T, Pro, int64_t><<<filling_grid(
+        reinterpret_cast<const void*>(&pooled_stats_kernel<T, Pro, int64_t>), gp.items), kThreads, 0, stream>>>(
+        x, p, gp, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
       x, p, gp.parts, partial_p, stats_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  pooled_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&pooled_store_kernel<T, Pro, Epi>),
-                                                  gp.items), kThreads, 0, stream>>>(x, p, gp, stats_p, out);
+  if (narrow)
+    pooled_store_kernel<T, Pro, Epi, int><<<filling_grid(
+        reinterpret_cast<const void*>(&pooled_store_kernel<T, Pro, Epi, int>), gp.items), kThreads, 0, stream>>>(
+        x, p, gp, stats_p, out);
+  else
+    pooled_store_kernel<T, Pro, Epi, int64_t><<<filling_grid(
+        reinterpret_cast<const void*>(&pooled_store_kernel<T, Pro, Epi, int64_t>), gp.items), kThreads, 0, stream>>>(
+        x, p, gp, stats_p, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

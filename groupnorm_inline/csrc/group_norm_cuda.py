@@ -442,6 +442,7 @@ struct DeviceInfo {
   int major = 0;
   int max_smem_optin = 0;  // bytes of shared memory one CTA may opt into
   int64_t l2_bytes = 0;
+  bool cooperative = false;  // cooperative launches (every CTA of the grid resident at once) supported
 };
 
 inline const DeviceInfo& device_info(int device) {
@@ -454,6 +455,9 @@ inline const DeviceInfo& device_info(int device) {
     int l2 = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
     info.l2_bytes = l2;
+    int cooperative = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
+    info.cooperative = cooperative != 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
   }
   return info;
