@@ -15,6 +15,8 @@
 #   profile    benchmarks/profile_family.py over $PROFILE_PROBLEMS (default: the convolution problems)
 #   check      benchmarks/check_kernelbench_family.py --no-compile over $CHECK_PROBLEMS (default: all)
 #   compile    the same, timing only, with torch.compile, over $COMPILE_PROBLEMS
+#   export     benchmarks/export_check.py over $EXPORT_PROBLEMS (default 2/92): the exported single file
+#              against the package's ModelNew in one process (bitwise equal outputs, side-by-side timings)
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,10 @@ elapsed() { echo "$(( $(date +%s) - start )) s"; }
 family_kernels.load()" > "$OUT/build-family.log" 2>&1 &
 "$PYTHON" -c "import sys; sys.argv = ['-m']; from groupnorm_inline.problems import level2_94_kernels; \
 level2_94_kernels.load()" > "$OUT/build-p94.log" 2>&1 &
+if [[ " $* " == *" export "* ]]; then  # #92's kernels too, for the package side of the export check
+    "$PYTHON" -c "import sys; sys.argv = ['-m']; from groupnorm_inline.problems import level2_92_kernels; \
+level2_92_kernels.load()" > "$OUT/build-p92.log" 2>&1 &
+fi
 wait
 tail -n 2 "$OUT"/build-*.log
 echo "build/load: $(elapsed)"
@@ -84,6 +90,8 @@ EOF
     check)
         timeout 560 "$PYTHON" benchmarks/check_kernelbench_family.py --no-compile ${CHECK_PROBLEMS:+--problems $CHECK_PROBLEMS} \
             2>&1 | tail -n 40 ;;
+    export)
+        timeout 400 "$PYTHON" benchmarks/export_check.py --problems "${EXPORT_PROBLEMS:-2/92}" 2>&1 | tail -n 20 ;;
     compile)
         timeout 560 "$PYTHON" benchmarks/check_kernelbench_family.py --timing-only \
             ${COMPILE_PROBLEMS:+--problems $COMPILE_PROBLEMS} 2>&1 | tail -n 40 ;;
