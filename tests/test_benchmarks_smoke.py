@@ -270,9 +270,11 @@ def test_liger_columns_with_a_stand_in(tmp_path):
     assert {k[:2] for k in timed} == {("unet", "forward"), ("training-half", "fwd+bwd"), ("training", "fwd+bwd"),
                                       ("training", "bwd")}, timed
     for key in timed:
-        liger, ours = by_key[key], by_key[key[:3] + ("ours",)]
+        liger, eager, ours = by_key[key], by_key[key[:3] + ("eager",)], by_key[key[:3] + ("ours",)]
         assert float(liger["median_ms"]) > 0 and liger["correct"] == "yes", liger
-        assert float(liger["max_abs_err"]) < 6e-2, liger
+        # The stand-in is eager GroupNorm on the same (unseeded, random) inputs: its error column must be eager's,
+        # exactly. (A fixed bound here failed at random: bfloat16 gradients of some draws are off by 0.09.)
+        assert float(liger["max_abs_err"]) == float(eager["max_abs_err"]), (liger, eager)
         speedup = float(liger["median_ms"]) / float(ours["median_ms"])
         assert math.isclose(float(ours["speedup_vs_liger"]), speedup, rel_tol=1e-4), (ours["speedup_vs_liger"], speedup)
     cl = by_key[("unet", "forward", "(2,16,6,6) G4 fp32 CL", "liger")]

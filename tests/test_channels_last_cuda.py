@@ -143,14 +143,29 @@ def test_forward_unaligned_input():
     _check_forward(x, 4, w, b, "silu", None, nn.SiLU(), "unaligned")
 
 
-def test_forward_plan_names_both_paths():
-    """Both forward paths are exercised by SHAPES: one cooperative launch for a grid of one resident wave, three
-    launches where the samples alone outnumber the resident CTAs."""
+# Larger than every SM's shared memory together (~29 MB on an H100, ~19 MB on an A100): the single launch
+# reads its tiles twice (the second time from L2), where SHAPES' inputs are held in shared memory.
+LARGE = ((1, 128, 384, 384), 32)
+
+
+def test_forward_plan_names_every_path():
+    """The three forward paths, each exercised by the tests: one cooperative launch holding its tiles in shared
+    memory (SHAPES), the same reading its tiles again from L2 (LARGE), three launches where the samples alone
+    outnumber the resident CTAs (SHAPES' (2048, 8, 2, 2))."""
     from groupnorm_inline.functional import forward_plan
-    one = forward_plan(_input((2, 320, 16, 16), torch.float16), 32)
+    held = forward_plan(_input((2, 320, 16, 16), torch.float16), 32)
+    l2 = forward_plan(_input(LARGE[0], torch.float32), LARGE[1])
     three = forward_plan(_input((2048, 8, 2, 2), torch.float32), 4)
-    assert one.startswith("channels_last fused"), one
+    assert held.startswith("channels_last fused (one cooperative launch, tiles held"), held
+    assert l2.startswith("channels_last fused (one cooperative launch):"), l2
     assert three.startswith("channels_last (three launches)"), three
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_forward_large_input_reread_from_l2(dtype):
+    x = _input(LARGE[0], dtype)
+    w, b = _params(LARGE[0][1], dtype, True)
+    _check_forward(x, LARGE[1], w, b, "silu", None, nn.SiLU(), f"{LARGE[0]} {dtype}")
 
 
 def test_channels_last_matches_nchw():

@@ -23,7 +23,13 @@ barriers between the steps; each CTA then normalises the tile it summed, from th
 saves two launches and the finalize kernel's latency: 32.3 -> 26.1 us of kernel time at (2, 320, 128, 128) fp16
 on an H100 (torch.compile's kernels: 27.5 us). It is taken whenever the tiles fit one resident wave of it (the grid
 is sized to one wave anyway, so every input but those with more samples x channel tiles than resident CTAs);
-the three launches serve the rest and devices without cooperative launches.
+the three launches serve the rest and devices without cooperative launches. Where every tile fits the SMs'
+shared memory together (inputs up to ~25 MB on an H100), the single launch also keeps each thread's vectors in
+shared memory from the statistics to the normalisation, so x is read once (`fused_plan`: kHeld, else kL2).
+Predicted from the L2 re-read it removes: (2, 320, 128, 128) fp16 25.5 -> ~21 us; measured 24.6 us, and
+(2, 1280, 32, 32) 18.3 -> 17.5, (64, 32, 16, 16) 11.7 -> 11.4: the re-read from L2 was a small part of the
+single launch, whose time goes to the statistics pass's loads (fewer CTAs per SM when each holds its tile) and
+to the two grid-wide barriers.
 
 Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
 Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.
@@ -48,10 +54,12 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
 // tile. Dynamic shared memory: blockDim.x * VEC * 2 doubles.
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
-// shared memory, (rows, cw, 2) doubles.
-template <typename T, int VEC>
+// shared memory, (rows, cw, 2) doubles. HOLD: every vector the thread loads is also kept in shared memory,
+// held[step * blockDim.x + threadIdx.x] for its step-th row of the tile, for apply_tile to normalise.
+template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
-                                           int64_t cpg, int slots, int64_t cta, double* red) {
+                                           int64_t cpg, int slots, int64_t cta, double* red,
+                                           Vec<T, VEC>* held = nullptr) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -70,10 +78,15 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
     const int64_t step = static_cast<int64_t>(t.rows) * t.C;
     int64_t r = p.row0 + r0;
     const T* ptr = xn + r * t.C + c;
-    for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, ptr += kUnroll * step) {
+    int j = 0;  // this thread's row step within the tile
+    for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, ptr += kUnroll * step, j += kUnroll) {
       Vec<T, VEC> v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
+      if constexpr (HOLD) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         C ls = 0, lss = 0;
@@ -87,8 +100,9 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
         ss[k] += lss;
       }
     }
-    for (; r < p.row1; r += t.rows, ptr += step) {
+    for (; r < p.row1; r += t.rows, ptr += step, ++j) {
       const Vec<T, VEC> v = load_vec<T, VEC>(ptr);
+      if constexpr (HOLD) held[j * blockDim.x + threadIdx.x] = v;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const C d = static_cast<C>(v.v[k]) - K[k];
@@ -230,12 +244,14 @@ __global__ void __launch_bounds__(256) cl_finalize(const T* __restrict__ x, cons
 }
 
 // Step 3: y = act((x - K) * a + shift) per channel, rows walked from the end of the tile (module docstring).
-// The CTA's work on tile `cta` (no block barriers: threads without work return at once).
-template <typename T, int VEC, bool AFFINE, typename Epi>
+// The CTA's work on tile `cta` (no block barriers: threads without work return at once). HOLD: the rows come
+// from the shared memory stats_tile<HOLD> filled, not from x.
+template <typename T, int VEC, bool AFFINE, typename Epi, bool HOLD = false>
 __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restrict__ y, const ParamRef<T>& w,
                                            const ParamRef<T>& bias,
                                            const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
-                                           const Tiling& t, int64_t G, int64_t cpg, const Epi& epi, int64_t cta) {
+                                           const Tiling& t, int64_t G, int64_t cpg, const Epi& epi, int64_t cta,
+                                           const Vec<T, VEC>* held = nullptr) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -274,11 +290,19 @@ __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restric
   for (; i + kUnroll <= count; i += kUnroll, xp += kUnroll * step, yp += kUnroll * step) {
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xp + u * step);
+    for (int u = 0; u < kUnroll; ++u) {
+      if constexpr (HOLD) v[u] = held[(count - 1 - i - u) * blockDim.x + threadIdx.x];  // row step count-1-i-u
+      else v[u] = load_vec<T, VEC>(xp + u * step);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
   }
-  for (; i < count; ++i, xp += step, yp += step) store_vec_streaming<T, VEC>(yp, normalize(load_vec<T, VEC>(xp)));
+  for (; i < count; ++i, xp += step, yp += step) {
+    Vec<T, VEC> v;
+    if constexpr (HOLD) v = held[(count - 1 - i) * blockDim.x + threadIdx.x];
+    else v = load_vec<T, VEC>(xp);
+    store_vec_streaming<T, VEC>(yp, normalize(v));
+  }
 }
 
 // CTAs in reverse order: the statistics pass's last CTAs ran last, so their tiles are the likeliest in L2.
@@ -294,7 +318,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
 // waits, warps across the grid finalise the (n, g) slices, the grid waits, and the CTA normalises the tile it
 // summed, from its last row back, so the rows it read last (still in L2) come first. Saves the two launches
 // and the finalize kernel's latency that dominate inputs of a few MB.
-template <typename T, int VEC, bool AFFINE, typename Epi>
+template <typename T, int VEC, bool AFFINE, typename Epi, bool HOLD>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restrict__ x, T* __restrict__ y,
                                                              ParamRef<T> w, ParamRef<T> bias,
                                                              double* __restrict__ partial,
@@ -306,7 +330,9 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
-  stats_tile<T, VEC>(x, partial, t, cpg, slots, blockIdx.x, reinterpret_cast<double*>(cl_fused_smem));
+  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (rows, cw, 2), then the held tile (HOLD)
+  Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + static_cast<int64_t>(blockDim.x) * VEC * 2);
+  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held);
   grid.sync();
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
   if (warp < warps)
@@ -314,7 +340,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                        static_cast<int64_t>(blockIdx.x) * warps + warp, static_cast<int64_t>(gridDim.x) * warps,
                        lanes);
   grid.sync();
-  apply_tile<T, VEC, AFFINE, Epi>(x, y, w, bias, norm, t, G, cpg, epi, blockIdx.x);
+  apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, blockIdx.x, held);
 }
 
 // Groups that one channel tile touches, at most (the `slots` of cl_stats' partial layout).
@@ -351,20 +377,56 @@ Tiling forward_tiling(int64_t N, int64_t HW, int64_t C, int device) {
   return gn_cl::make_tiling(N, HW, C, VEC, resident, kMinRowsPerThread);
 }
 
-// The tiling of the single cooperative launch (cl_fused): a grid of at most kStatsCtasPerSm CTAs per SM and
-// never more than are resident at once. Returns false (and leaves `t`) where N * c_tiles tiles alone exceed
-// that, or the device cannot launch cooperatively: the three launches take those inputs.
+// The single cooperative launch (cl_fused): which variant, its tiling and its dynamic shared memory.
+enum class FusedKind { kNone, kHeld, kL2 };
+struct FusedPlan {
+  FusedKind kind = FusedKind::kNone;
+  Tiling t;
+  size_t smem = 0;
+};
+
+// Shared memory of cl_fused<HOLD>: the statistics' reduction space, then every vector of the tile.
+inline size_t held_smem(const Tiling& t, size_t vec_bytes) {
+  const int64_t steps = (t.tile_rows + t.rows - 1) / t.rows;
+  return stats_smem(t) + static_cast<size_t>(steps) * t.threads() * vec_bytes;
+}
+
+// The grid is at most kStatsCtasPerSm CTAs per SM and never more than are resident at once (cooperative launch).
+//   kHeld  the tile stays in shared memory between the statistics and the normalisation: one read of x. Tried
+//          with 4, 3, 2, then 1 CTA per SM (fewer CTAs: taller tiles, more shared memory each), so it serves
+//          inputs up to about the GPU's total shared memory (~29 MB on an H100).
+//   kL2    the tile is read again, from L2 where it still is (larger inputs).
+//   kNone  N * c_tiles tiles alone exceed the resident CTAs, or no cooperative launches: three launches.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-bool fused_tiling(int64_t N, int64_t HW, int64_t C, int device, Tiling& t) {
+FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
+  FusedPlan plan;
   const DeviceInfo& dev = device_info(device);
-  if (!dev.cooperative) return false;
+  if (!dev.cooperative) return plan;
+  const int sms = dev.sms;
+  for (int per_sm = kStatsCtasPerSm; per_sm >= 1; --per_sm) {
+    const Tiling t = gn_cl::make_tiling(N, HW, C, VEC, int64_t{sms} * per_sm, kMinRowsPerThread);
+    const size_t smem = held_smem(t, sizeof(Vec<T, VEC>));
+    if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) continue;
+    const void* kernel = reinterpret_cast<const void*>(cl_fused<T, VEC, AFFINE, Epi, true>);
+    // max_active_clusters first: it lets the kernel opt into more than 48 KB of dynamic shared memory.
+    if (max_active_clusters(kernel, device, 1, t.threads(), smem) < 1) continue;
+    const int64_t resident = int64_t{resident_ctas_per_sm(kernel, device, t.threads(), smem)} * sms;
+    if (t.ctas() <= resident) {
+      plan.kind = FusedKind::kHeld;
+      plan.t = t;
+      plan.smem = smem;
+      return plan;
+    }
+  }
   const Tiling one = gn_cl::make_tiling(N, HW, C, VEC, 1, kMinRowsPerThread);
-  const int64_t resident = resident_ctas(cl_fused<T, VEC, AFFINE, Epi>, one.threads(), stats_smem(one), device);
-  const Tiling fused = gn_cl::make_tiling(N, HW, C, VEC, std::min<int64_t>(resident, int64_t{dev.sms} * kStatsCtasPerSm),
-                                          kMinRowsPerThread);
-  if (fused.ctas() > resident) return false;
-  t = fused;
-  return true;
+  const int64_t resident = resident_ctas(cl_fused<T, VEC, AFFINE, Epi, false>, one.threads(), stats_smem(one), device);
+  const Tiling t = gn_cl::make_tiling(N, HW, C, VEC, std::min<int64_t>(resident, int64_t{sms} * kStatsCtasPerSm),
+                                      kMinRowsPerThread);
+  if (t.ctas() > resident) return plan;
+  plan.kind = FusedKind::kL2;
+  plan.t = t;
+  plan.smem = stats_smem(t);
+  return plan;
 }
 
 template <typename T, int VEC, bool AFFINE, typename Epi>
@@ -373,10 +435,10 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
             const gn_act::Params& act, int device, cudaStream_t stream, const at::TensorOptions& opts) {
   using CT = typename Compute<T>::type;
   const int64_t cpg = C / G;
-  Tiling t;
-  const bool fused = fused_tiling<T, VEC, AFFINE, Epi>(N, HW, C, device, t);
-  if (!fused) t = forward_tiling<T, VEC>(N, HW, C, device);
-  const size_t smem = stats_smem(t);
+  const FusedPlan fp = fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device);
+  const bool fused = fp.kind != FusedKind::kNone;
+  const Tiling t = fused ? fp.t : forward_tiling<T, VEC>(N, HW, C, device);
+  const size_t smem = fused ? fp.smem : stats_smem(t);
   TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_forward_cuda: channels-last input of ", N,
                                                           " samples needs more CTAs than one launch takes"));
   const int slots = max_slots(t, cpg);
@@ -394,9 +456,14 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     attr[0].val.cooperative = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi>, x, y, w, bias,
-                                      partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                      finalize_lanes(t), make_epilogue<Epi>(act)));
+    if (fp.kind == FusedKind::kHeld)
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
+                                        partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
+                                        finalize_lanes(t), make_epilogue<Epi>(act)));
+    else
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
+                                        partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
+                                        finalize_lanes(t), make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
@@ -449,11 +516,16 @@ std::string describe(const at::Tensor& input, int64_t G) {
   const int64_t N = input.size(0), C = input.size(1), HW = input.numel() / (N * C);
   const bool vectorised = C % V == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0;
   const int device = input.get_device();
-  Tiling t;
-  const bool fused = vectorised ? fused_tiling<T, V, true, gn_act::Identity>(N, HW, C, device, t)
-                                : fused_tiling<T, 1, true, gn_act::Identity>(N, HW, C, device, t);
-  if (!fused) t = vectorised ? forward_tiling<T, V>(N, HW, C, device) : forward_tiling<T, 1>(N, HW, C, device);
-  return std::string(fused ? "channels_last fused (one cooperative launch): " : "channels_last (three launches): ") +
+  const FusedPlan fp = vectorised ? fused_plan<T, V, true, gn_act::Identity>(N, HW, C, device)
+                                  : fused_plan<T, 1, true, gn_act::Identity>(N, HW, C, device);
+  const Tiling t = fp.kind != FusedKind::kNone
+                       ? fp.t
+                       : (vectorised ? forward_tiling<T, V>(N, HW, C, device) : forward_tiling<T, 1>(N, HW, C, device));
+  const char* kind = fp.kind == FusedKind::kHeld ? "channels_last fused (one cooperative launch, tiles held in shared "
+                                                   "memory, one read): "
+                     : fp.kind == FusedKind::kL2 ? "channels_last fused (one cooperative launch): "
+                                                 : "channels_last (three launches): ";
+  return std::string(kind) +
          "statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
          " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +
          std::to_string(N * G) + " groups, normalisation from the end of each tile (two reads, the second " +
