@@ -210,11 +210,55 @@ void backward_nchw(const BackwardArgs<T>& p) {
   });
 }
 
-// Per-channel sums of rows [lo, hi) of one channels-last sample into out[c] (written). m, a, bias: per-channel
-// vectors (the group's saved mean, rstd * w[c], bias[c]) zero-padded to a multiple of kWidth.
+// Per-channel sums of rows [lo, hi) of one channels-last sample into out[c] (written), two ways (see
+// channel_sums_rows for which). m, a, bias: per-channel vectors (the group's saved mean, rstd * w[c], bias[c])
+// zero-padded to a multiple of kWidth.
+// In row order: two sequential streams (x, dy), each row added into per-channel accumulators of the compute
+// type that stay in L1 (3 x C values), folded into double every kTileRows rows.
 template <typename T, bool kAct>
-void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
-                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, ChannelSums* out) {
+void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi,
+                               const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
+                               const gn_act::Params& act, ChannelSums* out) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t c = 0; c < channels; ++c) out[c] = ChannelSums{};
+  const int64_t cpad = round_up(channels, W);
+  std::vector<C> acc(static_cast<size_t>(3 * cpad));
+  C* const sd = acc.data();   // sum dz (x - m)
+  C* const sb = sd + cpad;    // sum dz
+  C* const sm = sb + cpad;    // sum (x - m)
+  auto vload = [](const C* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
+  for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
+    const int64_t r1 = std::min(hi, r0 + kTileRows);
+    std::fill(acc.begin(), acc.end(), C(0));
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * channels;
+      const T* gr = dy + r * channels;
+      for (int64_t c = 0; c < channels; c += W) {
+        const int64_t cnt = std::min(W, channels - c);  // lanes past cnt: x, dy, m, a and bias 0, so d = g = 0
+        const P d = P::load(xr + c, cnt) - vload(m, c);
+        const P g = grad_z<T, kAct>(P::load(gr + c, cnt), d, vload(a, c), vload(bias, c), act);
+        fmadd(g, d, vload(sd, c)).lanes(sd + c);
+        (vload(sb, c) + g).lanes(sb + c);
+        (vload(sm, c) + d).lanes(sm + c);
+      }
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      out[c].ds += static_cast<double>(sd[c]);
+      out[c].db += static_cast<double>(sb[c]);
+      out[c].dm += static_cast<double>(sm[c]);
+    }
+  }
+}
+
+// By columns: a tile of kTileRows rows walked one kWidth-channel chunk at a time, the sums in registers (fewer
+// instructions per element; each row read in C / kWidth strided pieces).
+template <typename T, bool kAct>
+void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+                          const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act,
+                          ChannelSums* out) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
@@ -259,6 +303,18 @@ void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, in
       }
     }
   }
+}
+
+// Which walk: float32 and float64 data stream from memory faster than either walk computes, and the row order
+// reads them as two sequential streams: 2-core AVX-512 machine, (2, 320, 64, 64) channels-last, the sums pass
+// 1.11 -> 0.85 ms float64, 0.56 -> 0.49 ms float32 (PyTorch: 0.84, 0.47). Half data converts every element and
+// moves half the bytes, so the register walk's fewer instructions win there: the row order took (2, 512, 16, 16)
+// float16 forward + backward from 0.143 to 0.167 ms.
+template <typename T, bool kAct>
+void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, ChannelSums* out) {
+  if constexpr (sizeof(T) >= 4) channel_sums_in_row_order<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, out);
+  else channel_sums_columns<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, out);
 }
 
 // Rows [lo, hi) of one channels-last sample: dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
