@@ -15,11 +15,12 @@ CPU translation unit only (never seen by nvcc). What it provides:
   split_parts     how many parts to cut each unit of work (a slice, a sample) into so that all threads get
                   the same share when the units alone would leave some idle or unbalanced.
 
-ISA: the extension is compiled with the compiler's default target (-O3, no -march): CI and user machines differ,
-and a binary built with -mavx2 / -march=native would fault on a CPU without those instructions. Without
-CPU_CAPABILITY_* macros `at::vec::Vectorized<float>` is ATen's portable 32-byte vector (8 floats, plain loops
-that gcc vectorises with the baseline SSE2 of x86-64, or NEON on aarch64). The kernels are written so that this
-is enough: one read of the data for the statistics with 3-4 vector operations per element (shifted sums, no
+ISA: the extension is compiled on the machine that runs it, for the vector level ATen dispatches its own kernels
+to there (AVX-512, AVX2 or the portable default; see jit/env.py cpu_vec_flags, whose flags are part of the build
+key). With AVX-512 `Vectorized<float>` holds 16 floats, so a Pack of half data is one 32-half load converted by
+two vcvtph2ps. At the portable default (no CPU_CAPABILITY_* macro) it is ATen's 32-byte array type that gcc
+vectorises with the baseline SSE2 of x86-64 (or NEON on aarch64); the kernels are written so that even this is
+enough: one read of the data for the statistics with 3-4 vector operations per element (shifted sums, no
 Welford division chain), one read and one write to normalise (a multiply-add per element), conversions of
 half types as whole vectors, and all threads busy whatever the number of (n, g) slices.
 """
