@@ -4,7 +4,7 @@ Rows: (4,64,128,128), (2,320,64,64), (1,128,256,256), (8,32,32,32), (2,512,16,16
 in float32 / bfloat16 / float16 / float64, NCHW and channels-last (channels_last_3d for 5-D), at 2 threads and at
 all threads. Forward: `groupnorm_inline.group_norm` against `F.group_norm` (affine, 32 groups; 8 for C = 32).
 Forward + backward: autograd (`torch.autograd.grad` of input, weight and bias) through each. Every timing is the
-median of --reps calls after 3 warm-up calls; ours and PyTorch alternate row by row in one process. Before timing,
+median of --reps calls after 3 warm-up calls; ours and PyTorch alternate call by call in one process. Before timing,
 each row's outputs are checked against float64 (the check's worst error goes into the table's last column).
 
     python benchmarks/cpu_kernels_check.py                       # table to stdout
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,16 +41,20 @@ FWD_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3, torch
 BWD_TOL = {torch.float32: 1e-3, torch.bfloat16: 1e-1, torch.float16: 2e-2, torch.float64: 1e-8}
 
 
-def median_ms(fn, reps: int) -> float:
+def median_ms_pair(fn_a, fn_b, reps: int) -> tuple[float, float]:
+    """Medians (ms) of reps calls of fn_a and of fn_b, called alternately (a, b, a, b, ...) after 3 warm-up
+    calls each: a burst of load from elsewhere on the machine then slows both, not whichever ran during it (on a
+    shared 2-core machine, two back-to-back blocks of calls differed by up to 3x on the same kernel)."""
     for _ in range(3):
-        fn()
-    times = []
+        fn_a()
+        fn_b()
+    times_a, times_b = [], []
     for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2] * 1e3
+        for fn, times in ((fn_a, times_a), (fn_b, times_b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times_a) * 1e3, statistics.median(times_b) * 1e3
 
 
 def make_case(shape, dtype, channels_last, requires_grad):
@@ -99,8 +104,7 @@ def run(threads: int, rows, reps: int, log) -> list[str]:
 
                         def job(fn):
                             return lambda: fn(xd, groups, wd, bd)
-                    ours = median_ms(job(groupnorm_inline.group_norm), reps)
-                    theirs = median_ms(job(F.group_norm), reps)
+                    ours, theirs = median_ms_pair(job(groupnorm_inline.group_norm), job(F.group_norm), reps)
                     cells += [f"{ours:.3f}", f"{theirs:.3f}", f"**{theirs / ours:.2f}**" if theirs < ours
                               else f"{theirs / ours:.2f}"]
                 layout = ("CL3d" if len(shape) == 5 else "CL") if channels_last else "NCHW"

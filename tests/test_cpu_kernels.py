@@ -138,6 +138,9 @@ ODD_SHAPES = [
     ((1, 2, 3000), 1),
     ((2, 5, 6), 5),
     ((16, 64), 64),  # one element per slice: the output is exactly the bias
+    # Channels-last: 72 channels are whole vector chunks plus a tail (32 + 32 + 8 with AVX-512, 4 x 16 + 8 with
+    # AVX2); 575 rows are two column tiles of 256 and an odd tail, groups of 9 straddle the chunks.
+    ((1, 72, 25, 23), 8),
 ]
 
 
@@ -206,6 +209,7 @@ def test_thread_count_does_not_change_results_much(num_threads, threads):
     ((2, 8, 33, 31), 4, torch.contiguous_format),
     ((1, 2, 128, 160), 1, torch.contiguous_format),   # one slice: cut into parts at 2 threads
     ((2, 8, 33, 31), 4, torch.channels_last),
+    ((1, 72, 25, 23), 8, torch.channels_last),       # whole chunks, several column tiles, an odd tail
     ((1, 16, 4, 20, 21), 4, torch.channels_last_3d),
 ], ids=str)
 def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads, poisoned_outputs):
