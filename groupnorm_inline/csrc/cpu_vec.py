@@ -134,12 +134,11 @@ GN_CPU_INLINE Pack<T> fmadd(const Pack<T>& a, const Pack<T>& b, const Pack<T>& c
   return {a.lo * b.lo + c.lo, a.hi * b.hi + c.hi};
 }
 
-// Sum of a pack's lanes, in double: lo + hi, then a pairwise tree over the lanes in the compute type (the lanes
-// hold sums of at most kBlock / kWidth terms; a store and a scalar loop per channel cost more than the channel's
-// own loop at HW = 256). float: ATen's shuffle-tree vec_reduce_all. double: ATen has no SIMD specialisation of
-// vec_reduce_all for it, and its generic one rebuilds a vector through memory at every step (perf: 90% of the
-// backward's per-channel sums at (2, 512, 16, 16) float64, whose channels hold 256 values), so the lanes are
-// stored once and added pairwise in registers.
+// Sum of a pack's lanes, in double: lo + hi, then a tree over the lanes in the compute type (the lanes hold sums
+// of at most kBlock / kWidth terms). float: ATen's in-register shuffle tree (vec_reduce_all), cheaper than a store
+// and a scalar loop per channel at HW = 256. double: ATen has no SIMD form of vec_reduce_all for it, and its
+// generic one rebuilds a vector through memory at every step (perf: 90% of the backward's per-channel sums at
+// (2, 512, 16, 16) float64), so the lanes are stored once and added pairwise.
 template <typename T>
 GN_CPU_INLINE double sum_lanes(const Pack<T>& p) {
   using V = typename Pack<T>::V;
