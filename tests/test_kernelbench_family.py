@@ -589,3 +589,110 @@ def test_convolution_deferring_bias(kind):
         same, none = family.convolution_deferring_bias(conv, x, defer=False)
         assert none is None and torch.equal(same, full)
         assert family.convolution_deferring_bias(conv, x)[1] is None  # CPU input: not deferred by default
+
+
+# ---------------------------------------------------------------------------------------------- channels_last
+
+def _cl(x):
+    return x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+
+
+def _is_cl(x):
+    return x.is_contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+
+
+# (shape, groups): whole 16-byte vectors of channels (taken in place) with several items per sample, a thread's
+# channels across two groups (cpg 4 < 8 half values per vector), one channel per group, 24 channels (a CTA of
+# 255 active threads in half precision); 12 channels (whole float32 vectors only: half precision reads a contiguous
+# copy) and 2048 channels (more than one item's column sums hold: a contiguous copy).
+CL_SHAPES = [((3, 64, 37, 41), 8), ((2, 16, 9, 31, 33), 4), ((2, 48, 5, 7), 48), ((2, 24, 6, 50), 3),
+             ((2, 12, 9, 11), 4), ((1, 2048, 3, 5), 32)]
+# The chains built for the channels-last kernels (the transposed-convolution problems and the plain GroupNorm).
+CL_CHAINS = [("identity", "identity"), ("gelu", "identity"), ("relu", "identity"), ("silu", "hardswish")]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chain", CL_CHAINS, ids=lambda c: f"{c[0]}-{c[1]}")
+@pytest.mark.parametrize("case", CL_SHAPES, ids=lambda c: "x".join(map(str, c[0])) + f"-G{c[1]}")
+def test_channels_last_input(case, chain, dtype, device, poisoned_outputs):
+    """A channels_last input gives a channels_last output with the values of the contiguous input's (the slice path,
+    itself checked against float64 above) and the float64 reference's: |mean| = 50 x the spread, an input bias,
+    outputs poisoned, x unchanged. CPU: a contiguous copy inside, bitwise the contiguous input's result."""
+    shape, groups = case
+    prologue, epilogue = chain
+    channels = shape[1]
+    gen = torch.Generator().manual_seed(31)
+    x = _cl((torch.randn(shape, generator=gen) * 0.2 + 10.0).to(device, dtype))
+    b = (torch.randn(channels, generator=gen) * 0.1).to(device, dtype)
+    gn = torch.nn.GroupNorm(groups, channels)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(channels, generator=gen))
+        gn.bias.copy_(torch.randn(channels, generator=gen))
+    gn = gn.to(device, dtype)
+    before = x.clone()
+    got = family.group_norm_chain(x, gn, prologue=prologue, epilogue=epilogue, input_bias=b)
+    plain = family.group_norm_chain(x.contiguous(), gn, prologue=prologue, epilogue=epilogue, input_bias=b)
+    assert torch.equal(x, before)
+    assert got.dtype == dtype and got.shape == x.shape and _is_cl(got)
+    what = f"{shape} G{groups} {chain} {dtype} {device}"
+    if device == "cpu" or dtype == torch.float32:
+        tol = 0 if device == "cpu" else 2e-5
+        assert_close_report(got.float(), plain.float(), atol=tol, rtol=tol, what=f"against the contiguous input: {what}")
+    else:  # the statistics summed in another order: a half-unit rounding of the output may go the other way
+        unit = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        assert_close_report(got.float(), plain.float(), atol=unit, rtol=unit, what=f"against the contiguous input: {what}")
+    if dtype == torch.float32:
+        v = (x.double() + b.double().reshape(channels, *[1] * (x.dim() - 2)))
+        v = {"identity": v, "gelu": torch.nn.functional.gelu(v), "relu": v.relu(), "silu": v * torch.sigmoid(v)}[prologue]
+        z = torch.nn.functional.group_norm(v, groups, gn.weight.double(), gn.bias.double(), gn.eps)
+        if epilogue == "hardswish":
+            z = z * (z + 3).clamp(0, 6) / 6
+        assert_close_report(got.double(), z, atol=2e-4, rtol=2e-4, what=f"against float64: {what}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64])
+@pytest.mark.parametrize("shape", [(2, 64, 33, 35), (1, 40, 3, 5, 7), (3, 31, 4, 4), (0, 32, 2, 2), (2, 33, 1, 65)])
+def test_to_channels_last(shape, dtype, device):
+    """The family's transpose (tiles of 32 channels x 32 positions, partial tiles at both edges; PyTorch's copy below
+    32 channels) gives exactly x.contiguous(memory_format=channels_last)."""
+    x = (torch.randn(shape) * 100).to(device, dtype)
+    got = ops.to_channels_last(x)
+    assert _is_cl(got) and got.shape == x.shape and got.dtype == dtype
+    assert torch.equal(got, x)
+    with pytest.raises(RuntimeError, match="4-D or 5-D"):
+        ops.to_channels_last(torch.zeros(2, 3, 4, device=device))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("kind", ["conv_transpose2d", "conv_transpose3d", "conv2d"])
+def test_convolution_channels_last(kind, device):
+    """channels_last=True: on CUDA a transposed convolution runs on the channels_last input and weight and returns
+    y in that layout, the bias deferred as before; the weight's channels_last copy follows in-place updates. A forward
+    convolution, and any convolution on the CPU, runs as without the flag."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    conv, shape = {
+        "conv_transpose2d": (nn.ConvTranspose2d(40, 16, 3, stride=2, padding=1, output_padding=1), (2, 40, 5, 6)),
+        "conv_transpose3d": (nn.ConvTranspose3d(3, 8, 3, stride=2, padding=1), (1, 3, 4, 5, 3)),
+        "conv2d": (nn.Conv2d(4, 8, 3), (2, 4, 7, 9)),
+    }[kind]
+    conv = conv.to(device)
+    x = torch.randn(shape, device=device)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # exact float32 on both sides: the layouts' algorithms then agree closely
+    try:
+        with torch.no_grad():
+            plain, plain_bias = family.convolution_deferring_bias(conv, x)
+            y, bias = family.convolution_deferring_bias(conv, x, channels_last=True)
+            assert (bias is None) == (plain_bias is None)
+            assert_close_report(y, plain, atol=1e-5, rtol=1e-5, what=f"{kind} {device}")
+            assert _is_cl(y) == (device == "cuda" and kind != "conv2d")
+            conv.weight.mul_(-2.0)
+            y2, bias2 = family.convolution_deferring_bias(conv, x, channels_last=True)
+            if bias2 is not None:
+                y2 = y2 + bias2.reshape(-1, *[1] * (x.dim() - 2))
+            assert_close_report(y2, conv(x), atol=2e-5, rtol=2e-5, what=f"{kind} {device} after an update")
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved

@@ -26,11 +26,16 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
   `vectors` are the functors' per-channel float32 vectors (C,) (the prologue's first, then the epilogue's), `scalars`
   their constants. Prologue and Epilogue are compile-time functors (`Pro*`, `Epi*` below); the pairs the package
   uses are instantiated once each, listed in GN_FAMILY_CHAINS with the paths (kernels) they are built for. x is
-  float32, float16 or bfloat16 and contiguous; everything is computed in float32 (statistics accumulated in
+  float32, float16 or bfloat16, contiguous or channels_last (4-D/5-D dense; the CUDA kernels read it in place for
+  the store output of the chains built with kChannelsLastPath, and write the output in that layout; otherwise, and
+  on the CPU, it is read through a contiguous copy, the store output given back channels_last); everything is computed in float32 (statistics accumulated in
   float64 on the CPU, shifted float32 partial sums combined in float64 on CUDA), out has x's dtype. For float16
   and bfloat16 the functors round to that dtype where each op of the reference rounds (`rnd<T>`), and so does the
   GroupNorm's output before the epilogue: KernelBench's precision option compares against eager PyTorch in that
   dtype, whose GroupNorm amplifies the roundings of its input.
+
+  to_channels_last(x (N, C, *) 4-D or 5-D) -> the same values in channels_last memory format, the input of a
+      channels_last convolution (CUDA: one tiled transpose through shared memory).
 
 The CPU kernel is the exact reference of the family: one task per sample, each (n, g) slice's values v' gathered
 in float32, two passes in float64 for the mean and the variance, then the same functors and the same affine
@@ -45,6 +50,9 @@ FAMILY_NAMESPACE = "groupnorm_inline_family"
 FAMILY_SCHEMA = ("fused_group_norm(Tensor x, int num_groups, Tensor weight, Tensor bias, float eps, int prologue, "
                  "int epilogue, Tensor[] vectors, float[] scalars, int input_pool, int output, int output_pool, "
                  "int stats_mode=0, Tensor? input_bias=None) -> Tensor")
+# x (N, C, *) in contiguous format -> the same values in channels_last (4-D) / channels_last_3d (5-D) memory format:
+# the input of a channels_last convolution (on CUDA one tiled transpose, faster than PyTorch's copy for C >= 32).
+TO_CHANNELS_LAST_SCHEMA = "to_channels_last(Tensor x) -> Tensor"
 
 # The functor codes (ProOf/EpiOf below) and output codes are named in groupnorm_inline/problems/family.py.
 
@@ -349,13 +357,13 @@ GN_HD void round_stats(int mode, float& mean, float& rstd) {
     rstd = rnd<T>(rstd);
   }
 }
-enum Path : int { kSlicePath = 1, kRowsPath = 2 };
+enum Path : int { kSlicePath = 1, kRowsPath = 2, kChannelsLastPath = 4 };
 
 // The chains built, X(prologue, epilogue, paths): the slice path (statistics over (n, g) slices of any size,
 // every output but min_channels) for the convolution problems, the rows path (2-D x, a warp per (row, group),
 // outputs store and min_channels) for the GEMM problems. Plain GroupNorm (0, 0) takes both.
 #define GN_FAMILY_CHAINS(X) \
-  X(0, 0, 3) X(6, 0, 1) X(2, 0, 1) X(5, 0, 1) X(3, 0, 1) X(4, 1, 1) X(1, 0, 1) X(0, 3, 1) X(0, 4, 1) \
+  X(0, 0, 7) X(6, 0, 1) X(2, 0, 5) X(5, 0, 1) X(3, 0, 1) X(4, 1, 5) X(1, 0, 5) X(0, 3, 1) X(0, 4, 1) \
   X(0, 2, 2) X(7, 0, 2) X(0, 5, 2) X(0, 6, 2) X(8, 0, 2)
 
 inline int chain_paths(int64_t pro, int64_t epi) {
@@ -387,6 +395,7 @@ struct Problem {
   int64_t OH = 1, OW = 1;      // max_pool output
   int output = kStore;
   int stats_mode = 0;          // kStatsRound | kFusedAffine | kEpsRound
+  bool channels_last = false;  // x is (N, *, C) in memory: the CUDA channels-last path (set by its launcher)
   float eps = 1e-5f;           // rounded to the data type under kEpsRound
   Args args{};
 };
@@ -407,6 +416,21 @@ inline std::vector<int64_t> output_shape(const at::Tensor& x, const Problem& p) 
   return shape;
 }
 
+inline bool is_channels_last_dense(const at::Tensor& x) {
+  return (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
+         (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+}
+
+// The layouts the operator reads: contiguous, or channels_last (4-D) / channels_last_3d (5-D) dense.
+inline bool dense_layout(const at::Tensor& x) { return x.is_contiguous() || is_channels_last_dense(x); }
+
+inline at::MemoryFormat channels_last_format_of(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 4 || x.dim() == 5,
+              gn_inline_msg::cat("to_channels_last: expected a 4-D or 5-D input (N, C, *), got shape ",
+                                 gn_inline_msg::shape(x.sizes())));
+  return x.dim() == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+}
+
 // Checks every argument, fills a Problem (vectors as float32 contiguous copies kept alive in `keep`).
 inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps, int64_t prologue, int64_t epilogue, at::TensorList vectors, at::ArrayRef<double> scalars,
@@ -417,7 +441,7 @@ inline Problem prepare(const at::Tensor& x, int64_t num_groups, const at::Tensor
               gn_inline_msg::not_implemented_for("fused_group_norm", t));
   TORCH_CHECK(x.dim() >= 2, gn_inline_msg::cat("fused_group_norm: expected an input of at least 2 dimensions "
                                                "(N, C, *), got shape ", gn_inline_msg::shape(x.sizes())));
-  TORCH_CHECK(x.is_contiguous(), "fused_group_norm: expected a contiguous input");
+  TORCH_CHECK(dense_layout(x), "fused_group_norm: expected a contiguous or channels_last input");
   Problem p;
   p.N = x.size(0);
   p.C = x.size(1);
@@ -597,12 +621,16 @@ void dispatch_cpu(const at::Tensor& x, int64_t pro, int64_t epi, const Problem& 
 #undef GN_FAMILY_CPU_CASE
 }
 
-at::Tensor fused_group_norm_cpu(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+at::Tensor fused_group_norm_cpu(const at::Tensor& x_in, int64_t num_groups, const at::Tensor& weight,
                                 const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                 at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
                                 int64_t output, int64_t output_pool, int64_t stats_mode,
                                 const std::optional<at::Tensor>& input_bias) {
-  TORCH_CHECK(x.device().is_cpu(), "fused_group_norm_cpu: expected a CPU tensor");
+  TORCH_CHECK(x_in.device().is_cpu(), "fused_group_norm_cpu: expected a CPU tensor");
+  TORCH_CHECK(dense_layout(x_in), "fused_group_norm: expected a contiguous or channels_last input");
+  // The CPU kernel (the family's reference) reads (N, C, *); a channels_last input is copied, and a store output
+  // given back in the input's memory format, as the CUDA kernel writes it.
+  const at::Tensor x = x_in.contiguous();
   std::vector<at::Tensor> keep;
   const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
                             output, output_pool, stats_mode, input_bias, keep);
@@ -613,16 +641,22 @@ at::Tensor fused_group_norm_cpu(const at::Tensor& x, int64_t num_groups, const a
     case at::kBFloat16: dispatch_cpu<c10::BFloat16>(x, prologue, epilogue, p, out); break;
     default: dispatch_cpu<float>(x, prologue, epilogue, p, out); break;
   }
+  if (p.output == kStore && !x_in.is_contiguous()) return out.contiguous(x_in.suggest_memory_format());
   return out;
 }
+
+
+at::Tensor to_channels_last_cpu(const at::Tensor& x) { return x.contiguous(channels_last_format_of(x)); }
 
 }  // namespace gn_family
 
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FAMILY_SCHEMA@");
+  m.def("@TO_CHANNELS_LAST_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cpu);
+  m.impl("to_channels_last", &gn_family::to_channels_last_cpu);
 }
-""".replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA)
+""".replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA).replace("@TO_CHANNELS_LAST_SCHEMA@", TO_CHANNELS_LAST_SCHEMA)

@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
   b = gn_inline::warp_sum(b);
   if (lane == 0) {
     const Pro pro(p.args, 0, 0);
-    const float shift = load_value<T, Pro>(x + (n * p.C + c_first) * p.S_in, 0, c_first, pro, p);
+    const T* first = p.channels_last ? x + n * p.S_in * p.C + c_first : x + (n * p.C + c_first) * p.S_in;
+    const float shift = load_value<T, Pro>(first, 0, c_first, pro, p);
     const double cnt = static_cast<double>(p.cpg * p.S);
     const double m = a / cnt;
     const double var = fmax(b / cnt - m * m, 0.0);
@@ -418,6 +419,177 @@ __global__ void __launch_bounds__(kThreads) linear_mean_kernel(const T* __restri
   }
 }
 
+// ------------------------------------------------------------------ channels-last path (store output)
+// x (N, S, C) in memory, channel fastest (a channels_last convolution's output). A thread owns V = 16 bytes of
+// consecutive channels, c0 = (threadIdx.x % tpr) * V with tpr = C / V, and walks the positions r, r + rps, ... of
+// its work item, r = threadIdx.x / tpr, rps = kThreads / tpr positions per CTA step (threads past rps * tpr idle).
+// An item is (n, chunk of `len` positions), ~kClPart values. Its statistics are shifted sums per group (the
+// shift K = the prologue's value at (n, 0, the group's first channel), group_stats_kernel's shift), so the
+// partials are per (n, g, chunk), laid out group-major as group_stats_kernel reads them.
+struct ClPlan {
+  int64_t tpr = 1, rps = 1, len = 1, chunks = 1, items = 0;
+};
+
+constexpr int64_t kClPart = 16384;       // values per item: 16 (float) / 32 (half) 16-byte vectors per thread
+constexpr int64_t kClMaxChannels = 1024;  // the column sums of one item fit 16 KB of shared memory
+
+inline ClPlan plan_channels_last(int64_t N, int64_t S, int64_t C, int vec) {
+  ClPlan q;
+  q.tpr = C / vec;
+  q.rps = kThreads / q.tpr;
+  const int64_t len = std::max<int64_t>(q.rps, kClPart / C);
+  q.len = (len + q.rps - 1) / q.rps * q.rps;
+  q.chunks = std::max<int64_t>(1, (S + q.len - 1) / q.len);
+  q.items = N * q.chunks;
+  return q;
+}
+
+// Statistics pass: per thread float32 shifted sums per owned channel; per item the column of each channel summed in
+// float64 over the CTA's positions (shared memory), then each group's cpg columns by one warp.
+template <typename T, class Pro>
+__global__ void __launch_bounds__(kThreads) cl_stats_kernel(const T* __restrict__ x, const Problem p, const ClPlan q,
+                                                            double2* __restrict__ partial) {
+  constexpr int V = gn_inline::vec16<T>();
+  __shared__ float2 lanes[kThreads * V];     // [r][c]: each thread's sums, rps * C <= kThreads * V entries
+  __shared__ double2 columns[kClMaxChannels];
+  const Pro pro(p.args, 0, 0);
+  const int64_t r = threadIdx.x / q.tpr, c0 = (threadIdx.x - r * q.tpr) * V;
+  const bool active = r < q.rps;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t item = blockIdx.x; item < q.items; item += gridDim.x) {
+    const int64_t n = item / q.chunks, chunk = item - n * q.chunks;
+    const T* xn = x + n * p.S * p.C;
+    float s1[V], s2[V], shift[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      s1[j] = 0.0f;
+      s2[j] = 0.0f;
+      const int64_t c_first = active ? (c0 + j) - (c0 + j) % p.cpg : 0;
+      shift[j] = active ? pro(static_cast<float>(xn[c_first]), c_first) : 0.0f;
+    }
+    if (active) {
+      const int64_t begin = chunk * q.len, end = imin(begin + q.len, p.S);
+      for (int64_t s0 = begin + r; s0 < end; s0 += q.rps * kUnroll) {
+        Vec16<T> buf[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t s = s0 + u * q.rps;
+          if (s < end) buf[u] = load16<T, false>(xn + s * p.C + c0);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (s0 + u * q.rps < end) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              const float d = pro(static_cast<float>(buf[u].v[j]), c0 + j) - shift[j];
+              s1[j] += d;
+              s2[j] = fmaf(d, d, s2[j]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) lanes[r * p.C + c0 + j] = make_float2(s1[j], s2[j]);
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < p.C; c += kThreads) {
+      double a = 0.0, b = 0.0;
+      for (int64_t k = 0; k < q.rps; ++k) {
+        const float2 v = lanes[k * p.C + c];
+        a += v.x;
+        b += v.y;
+      }
+      columns[c] = make_double2(a, b);
+    }
+    __syncthreads();
+    for (int64_t g = warp; g < p.G; g += kWarps) {
+      double a = 0.0, b = 0.0;
+      for (int64_t k = lane; k < p.cpg; k += 32) {
+        a += columns[g * p.cpg + k].x;
+        b += columns[g * p.cpg + k].y;
+      }
+      a = gn_inline::warp_sum(a);
+      b = gn_inline::warp_sum(b);
+      if (lane == 0) partial[(n * p.G + g) * q.chunks + chunk] = make_double2(a, b);
+    }
+    __syncthreads();  // lanes and columns are rewritten by the next item
+  }
+}
+
+// Apply pass: the items in the reverse order of the statistics pass (its last ones are still in L2), x read
+// evict-first, the output (the same layout) stored streaming.
+template <typename T, class Pro, class Epi>
+__global__ void __launch_bounds__(kThreads) cl_store_kernel(const T* __restrict__ x, const Problem p, const ClPlan q,
+                                                            const float2* __restrict__ stats, T* __restrict__ out) {
+  constexpr int V = gn_inline::vec16<T>();
+  const int64_t r = threadIdx.x / q.tpr, c0 = (threadIdx.x - r * q.tpr) * V;
+  if (r >= q.rps) return;  // no barriers below
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
+  const float* gw = p.args.vec[kMaxVectors - 2];
+  const float* gb = p.args.vec[kMaxVectors - 1];
+  for (int64_t k = blockIdx.x; k < q.items; k += gridDim.x) {
+    const int64_t item = q.items - 1 - k;
+    const int64_t n = item / q.chunks, chunk = item - n * q.chunks;
+    float mean[V], rstd[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float2 st = stats[n * p.G + (c0 + j) / p.cpg];
+      mean[j] = st.x;
+      rstd[j] = st.y;
+    }
+    const T* xn = x + n * p.S * p.C;
+    T* on = out + n * p.S * p.C;
+    const int64_t begin = chunk * q.len, end = imin(begin + q.len, p.S);
+    for (int64_t s0 = begin + r; s0 < end; s0 += q.rps * kUnroll) {
+      Vec16<T> buf[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t s = s0 + u * q.rps;
+        if (s < end) buf[u] = load16<T, true>(xn + s * p.C + c0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t s = s0 + u * q.rps;
+        if (s < end) {
+          Vec16<T> o;
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const int64_t c = c0 + j;
+            const ChannelAffine aff(mean[j], rstd[j], gw[c], gb[c], fused);
+            o.v[j] = static_cast<T>(epi(rnd<T>(aff(pro(static_cast<float>(buf[u].v[j]), c))), c));
+          }
+          gn_inline::store_vec_streaming(on + s * p.C + c0, o);
+        }
+      }
+    }
+  }
+}
+
+// x (N, C, S) contiguous -> out (N, S, C): 32 x 32 tiles through shared memory (one padding column against bank
+// conflicts), read along S and written along C, 128-byte rows of float32 both ways. blockIdx.x = n * s_tiles + tile
+// of S, blockIdx.y = tile of C.
+template <typename T>
+__global__ void __launch_bounds__(256) to_channels_last_kernel(const T* __restrict__ x, int64_t C, int64_t S,
+                                                               int64_t s_tiles, T* __restrict__ out) {
+  __shared__ T tile[32][33];
+  const int64_t n = blockIdx.x / s_tiles, s_base = (blockIdx.x - n * s_tiles) * 32;
+  const int64_t c_base = static_cast<int64_t>(blockIdx.y) * 32;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < 32; i += 8) {
+    const int64_t c = c_base + ty + i, s = s_base + tx;
+    if (c < C && s < S) tile[ty + i][tx] = x[(n * C + c) * S + s];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 32; i += 8) {
+    const int64_t s = s_base + ty + i, c = c_base + tx;
+    if (c < C && s < S) out[(n * S + s) * C + c] = tile[tx][ty + i];
+  }
+}
+
 // SMs of a device, asked once per device.
 inline int family_sm_count(int device) {
   static int cached[64] = {0};
@@ -632,10 +804,45 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The channels-last path: statistics per (n, chunk) item, per-group (mean, rstd), the store; bytes moved as the
+// slice path's store (x read twice, the second time mostly from L2 for the last items, out written once).
+template <typename T, class Pro, class Epi>
+void launch_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
+  const T* x = x_t.data_ptr<T>();
+  T* out = out_t.data_ptr<T>();
+  const ClPlan q = plan_channels_last(p.N, p.S, p.C, gn_inline::vec16<T>());
+  at::Tensor partial = at::empty({p.N * p.G * q.chunks, 2}, x_t.options().dtype(at::kDouble));
+  at::Tensor stats = at::empty({p.N * p.G, 2}, x_t.options().dtype(at::kFloat));
+  auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
+  auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
+  cl_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&cl_stats_kernel<T, Pro>), q.items), kThreads,
+                            0, stream>>>(x, p, q, partial_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+      x, p, q.chunks, partial_p, stats_p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cl_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&cl_store_kernel<T, Pro, Epi>), q.items),
+                                 kThreads, 0, stream>>>(x, p, q, stats_p, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Whether the channels-last kernels take x as it is: a channels_last (not also contiguous) input, a chain built for
+// them, the store output of an unpooled input, whole 16-byte vectors of channels at 16-byte aligned rows, and the
+// column sums of an item within shared memory. Otherwise the operator reads a contiguous copy.
+inline bool takes_channels_last(const at::Tensor& x, const Problem& p, int64_t pro, int64_t epi) {
+  if (x.is_contiguous() || !is_channels_last_dense(x)) return false;
+  if ((chain_paths(pro, epi) & kChannelsLastPath) == 0 || p.output != kStore || p.in_pool != 1) return false;
+  const int64_t vec = static_cast<int64_t>(16 / x.element_size());
+  return p.C % vec == 0 && p.C <= kClMaxChannels && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
 template <typename T, int P, int E, int PATHS>
 void run_cuda(const at::Tensor& x, const Problem& p, at::Tensor& out, cudaStream_t stream) {
   using Pro = WithInputBias<typename ProOf<P, T>::type, T>;
   using Epi = typename EpiOf<E, T>::type;
+  if constexpr ((PATHS & kChannelsLastPath) != 0) {
+    if (p.channels_last) return launch_channels_last<T, Pro, Epi>(x, p, out, stream);
+  }
   if constexpr ((PATHS & kRowsPath) != 0) {
     if (x.dim() == 2 && (p.output == kStore || p.output == kMinChannels)) {
       if (p.output == kMinChannels) launch_rows<T, Pro, Epi, true>(x.data_ptr<T>(), p, out.data_ptr<T>(), stream);
@@ -657,17 +864,21 @@ void dispatch_cuda(const at::Tensor& x, int64_t pro, int64_t epi, const Problem&
 #undef GN_FAMILY_CUDA_CASE
 }
 
-at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+at::Tensor fused_group_norm_cuda(const at::Tensor& x_in, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps, int64_t prologue, int64_t epilogue,
                                  at::TensorList vectors, at::ArrayRef<double> scalars, int64_t input_pool,
                                  int64_t output, int64_t output_pool, int64_t stats_mode,
                                  const std::optional<at::Tensor>& input_bias) {
-  TORCH_CHECK(x.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
-  const c10::cuda::CUDAGuard guard(x.device());
+  TORCH_CHECK(x_in.is_cuda(), "fused_group_norm_cuda: expected a CUDA tensor");
+  const c10::cuda::CUDAGuard guard(x_in.device());
   std::vector<at::Tensor> keep;
-  const Problem p = prepare(x, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
-                            output, output_pool, stats_mode, input_bias, keep);
-  at::Tensor out = at::empty(output_shape(x, p), x.options());
+  Problem p = prepare(x_in, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
+                      output, output_pool, stats_mode, input_bias, keep);
+  p.channels_last = takes_channels_last(x_in, p, prologue, epilogue);
+  // A channels_last input the channels-last kernels do not take is read through a contiguous copy.
+  const at::Tensor x = p.channels_last ? x_in : x_in.contiguous();
+  at::Tensor out = at::empty(output_shape(x, p),
+                             p.channels_last ? x.options().memory_format(x.suggest_memory_format()) : x.options());
   if (p.N == 0 || p.C == 0) return out;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   switch (x.scalar_type()) {
@@ -678,9 +889,40 @@ at::Tensor fused_group_norm_cuda(const at::Tensor& x, int64_t num_groups, const 
   return out;
 }
 
+// to_channels_last: the tiled transpose for inputs of at least 32 channels (PyTorch's copy for fewer, where a
+// 32-channel tile would be mostly idle), any 2-, 4- or 8-byte dtype (it moves bytes).
+template <typename T>
+void launch_to_channels_last(const at::Tensor& x, at::Tensor& out, int64_t N, int64_t C, int64_t S,
+                             cudaStream_t stream) {
+  const int64_t s_tiles = (S + 31) / 32;
+  const dim3 grid(grid_of(N * s_tiles, "input"), static_cast<unsigned>((C + 31) / 32));
+  to_channels_last_kernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(x.data_ptr()), C, S, s_tiles,
+                                                       static_cast<T*>(out.data_ptr()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor to_channels_last_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda(), "to_channels_last_cuda: expected a CUDA tensor");
+  const at::MemoryFormat fmt = channels_last_format_of(x);
+  const int64_t size = x.element_size();
+  const int64_t N = x.size(0), C = x.size(1);
+  if (!x.is_contiguous() || C < 32 || C > int64_t{65535} * 32 || x.numel() == 0 ||
+      (size != 2 && size != 4 && size != 8) || x.is_complex())
+    return x.contiguous(fmt);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(fmt));
+  const int64_t S = x.numel() / (N * C);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  if (size == 2) launch_to_channels_last<uint16_t>(x, out, N, C, S, stream);
+  else if (size == 4) launch_to_channels_last<uint32_t>(x, out, N, C, S, stream);
+  else launch_to_channels_last<uint64_t>(x, out, N, C, S, stream);
+  return out;
+}
+
 }  // namespace gn_family
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
+  m.impl("to_channels_last", &gn_family::to_channels_last_cuda);
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
 }
 """

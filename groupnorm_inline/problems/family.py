@@ -108,35 +108,74 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
                      output: str = "store", output_pool: int = 1, input_bias=None) -> torch.Tensor:
     """One launch sequence of the family operator: `gn` (an nn.GroupNorm) applied to Pool(Prologue(x + input_bias)),
     then the epilogue and the output reduction. x: (N, C, *) float32/float16/bfloat16; never written. input_bias:
-    None or the (C,) bias of the convolution before, as `convolution_deferring_bias` returns it."""
+    None or the (C,) bias of the convolution before, as `convolution_deferring_bias` returns it. A channels_last x
+    (a channels_last convolution's output) is read in place on CUDA where the kernels take it (the store output of
+    the chains built for it, csrc/fused_group_norm_cpu.py), and the stored output keeps that layout."""
     channels = x.shape[1] if x.dim() >= 2 else 0
     weight = gn.weight.detach() if gn.weight is not None else x.new_ones(channels)
     bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
     vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
     scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
-    return _family_ops.fused_group_norm(x.detach().contiguous(), gn.num_groups, weight, bias, gn.eps,
+    x = x.detach()
+    if not (x.is_contiguous() or x.is_contiguous(memory_format=_channels_last_format(x))):
+        x = x.contiguous()
+    return _family_ops.fused_group_norm(x, gn.num_groups, weight, bias, gn.eps,
                                         PROLOGUES[prologue], EPILOGUES[epilogue], vectors, scalars, input_pool,
                                         OUTPUTS[output], output_pool, stats_mode(x, input_pool),
                                         None if input_bias is None else input_bias.detach())
 
 
-def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None):
+def _channels_last_format(x: torch.Tensor):
+    """The channels-last memory format of a tensor of x's rank (contiguous_format where there is none)."""
+    return {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim(), torch.contiguous_format)
+
+
+def _channels_last_weight(conv) -> torch.Tensor:
+    """conv.weight in channels_last memory format, converted once per weight value: cached on the module, keyed by
+    the weight's storage, version counter (in-place updates and load_state_dict bump it), dtype and device."""
+    weight = conv.weight.detach()
+    key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+    cached = conv.__dict__.get("_groupnorm_inline_channels_last_weight")
+    if cached is None or cached[0] != key:
+        cached = (key, weight.contiguous(memory_format=_channels_last_format(weight)))
+        conv.__dict__["_groupnorm_inline_channels_last_weight"] = cached
+    return cached[1]
+
+
+def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None, channels_last: bool = False):
     """(y, bias): `conv` (an nn.Conv*d or nn.ConvTranspose*d) applied to x, and the bias still to be added (the
     family operator's `input_bias`), or None. defer None: on CUDA the convolution runs without its bias (PyTorch's
     cuDNN path adds the bias in an elementwise kernel of its own, a full read and write of y, and the operator adds
     it to each value it reads with the same rounding); on the CPU, where oneDNN adds the bias inside the
-    convolution, (conv(x), None). defer True/False forces the choice."""
+    convolution, (conv(x), None). defer True/False forces the choice.
+
+    channels_last (CUDA, 4-D/5-D, transposed convolutions): run the convolution on x and its weight in channels_last
+    memory format and return y in that layout, for a family operator that reads it in place. cuDNN runs a transposed
+    convolution as an NHWC kernel whatever the layout, an NCHW call between two layout transposes of its own: the
+    channels_last call runs the same kernel without them and returns the same values (bitwise, #19/#60/#61 on an
+    H200; the float32 harness check compares against the NCHW reference at 1e-4). A forward convolution is another
+    matter: cuDNN picks other algorithms per layout (TF32 in channels_last where NCHW runs full float32 for few input
+    channels, failing that check), so it is not taken there. x is converted by the family's tiled transpose."""
+    channels_last = (channels_last and x.is_cuda and x.dim() in (4, 5) and conv.transposed
+                     and conv.padding_mode == "zeros")
+    if channels_last:
+        if not x.is_contiguous(memory_format=_channels_last_format(x)):
+            x = _family_ops.to_channels_last(x.contiguous())
+        weight = _channels_last_weight(conv)
+    else:
+        weight = conv.weight
     if defer is None:
         defer = x.is_cuda
-    if conv.bias is None or not defer or conv.padding_mode != "zeros":
+    if not channels_last and (conv.bias is None or not defer or conv.padding_mode != "zeros"):
         return conv(x), None
+    keep_bias = conv.bias is not None and not defer
     if conv.transposed:  # torch.conv_transpose*d: the export's static rules refuse torch.nn.functional
         transposed = (torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d)[len(conv.kernel_size) - 1]
-        y = transposed(x, conv.weight, None, conv.stride, conv.padding, conv.output_padding, conv.groups,
-                       conv.dilation)
+        y = transposed(x, weight, conv.bias if keep_bias else None, conv.stride, conv.padding, conv.output_padding,
+                       conv.groups, conv.dilation)
     else:
-        y = conv._conv_forward(x, conv.weight, None)
-    return y, conv.bias
+        y = conv._conv_forward(x, weight, conv.bias if keep_bias else None)
+    return y, (None if keep_bias else conv.bias)
 
 
 def batch_norm_statistics(bn, x: torch.Tensor, input_bias=None):

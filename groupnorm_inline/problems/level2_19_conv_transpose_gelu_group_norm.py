@@ -4,8 +4,9 @@
 from `torch.rand`, ConvTranspose2d 64 -> 64 (3 x 3, stride 1) to (128, 64, 258, 258), GELU (erf), GroupNorm with 8
 groups.
 
-`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then
-one family operator: prologue GELU, GroupNorm."""
+`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads, and
+in channels_last: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
+(reading and writing channels_last): prologue GELU, GroupNorm."""
 
 import torch
 import torch.nn as nn
@@ -38,7 +39,7 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups=num_groups, num_channels=out_channels)
 
     def forward(self, x):
-        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x)
+        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x, channels_last=True)
         return group_norm_chain(x, self.group_norm, prologue="gelu", input_bias=conv_bias)
 
 

@@ -4,8 +4,9 @@
 from `torch.rand`, ConvTranspose3d 3 -> 16 (3 x 3 x 3, stride 2, padding 1) to (128, 16, 31, 63, 63), Swish,
 GroupNorm with 4 groups, HardSwish.
 
-`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then
-one family operator: prologue Swish, GroupNorm, epilogue HardSwish."""
+`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads, and
+in channels_last: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
+(reading and writing channels_last): prologue Swish, GroupNorm, epilogue HardSwish."""
 
 import torch
 import torch.nn as nn
@@ -41,7 +42,7 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels, eps=eps)
 
     def forward(self, x):
-        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x)
+        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x, channels_last=True)
         return group_norm_chain(x, self.group_norm, prologue="silu", epilogue="hardswish", input_bias=conv_bias)
 
 

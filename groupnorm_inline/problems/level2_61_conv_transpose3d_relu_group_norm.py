@@ -4,8 +4,9 @@
 from `torch.rand`, ConvTranspose3d 64 -> 128 (3 x 3 x 3, no bias) to (16, 128, 34, 34, 34), ReLU, GroupNorm with 8
 groups.
 
-`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads), then
-one family operator: prologue ReLU, GroupNorm."""
+`ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads, and
+in channels_last: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
+(reading and writing channels_last): prologue ReLU, GroupNorm."""
 
 import torch
 import torch.nn as nn
@@ -47,7 +48,7 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels)
 
     def forward(self, x):
-        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x)
+        x, conv_bias = convolution_deferring_bias(self.conv_transpose, x, channels_last=True)
         return group_norm_chain(x, self.group_norm, prologue="relu", input_bias=conv_bias)
 
 
