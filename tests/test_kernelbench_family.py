@@ -383,13 +383,20 @@ def test_operator_errors():
 
 # ---------------------------------------------------------------------------------------------- CUDA
 
+# The problems whose ModelNew runs its transposed convolution in channels_last (float32 on CUDA).
+CHANNELS_LAST_CONV_KEYS = {"2/19", "2/60", "2/61"}
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", ["small", "odd"])
 @pytest.mark.parametrize("key", KEYS)
 def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     """The CUDA kernels (slice and rows paths) against eager PyTorch on the GPU, parameters perturbed, outputs
-    poisoned: the harness's tolerance for the dtype (the same cuDNN/cuBLAS calls on both sides, TF32 included)."""
+    poisoned: the harness's tolerance for the dtype (the same cuDNN/cuBLAS calls on both sides, TF32 included). The
+    problems whose float32 transposed convolution runs channels_last compare with cuDNN's TF32 off: at these small
+    shapes cuDNN may pick different kernels per layout (at the real shapes it runs the same one, which the GPU check
+    script confirms against the harness's tolerance with TF32 on)."""
     patch = CASES[key][3] if shape == "small" else CASES[key][4]
     model, model_new, namespace = build(key, patch)
     perturb(model, model_new)
@@ -399,12 +406,16 @@ def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     x = x.to("cuda", dtype)
     x_before = x.clone()
     tol = 1e-4 if dtype == torch.float32 else 1e-2
-    set_seed(11)
-    with torch.no_grad():
-        out = model_new(x)
-    set_seed(11)
-    with torch.no_grad():
-        ref = model(x)
+    exact = dtype == torch.float32 and key in CHANNELS_LAST_CONV_KEYS
+    with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
+                                    deterministic=torch.backends.cudnn.deterministic,
+                                    allow_tf32=torch.backends.cudnn.allow_tf32 and not exact):
+        set_seed(11)
+        with torch.no_grad():
+            out = model_new(x)
+        set_seed(11)
+        with torch.no_grad():
+            ref = model(x)
     assert torch.equal(x, x_before)
     assert out.dtype == dtype and out.shape == ref.shape
     assert_close_report(out, ref, atol=tol, rtol=tol, what=f"{key} {shape} {dtype} on CUDA")

@@ -149,15 +149,18 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
     it to each value it reads with the same rounding); on the CPU, where oneDNN adds the bias inside the
     convolution, (conv(x), None). defer True/False forces the choice.
 
-    channels_last (CUDA, 4-D/5-D, transposed convolutions): run the convolution on x and its weight in channels_last
-    memory format and return y in that layout, for a family operator that reads it in place. cuDNN runs a transposed
-    convolution as an NHWC kernel whatever the layout, an NCHW call between two layout transposes of its own: the
-    channels_last call runs the same kernel without them and returns the same values (bitwise, #19/#60/#61 on an
-    H200; the float32 harness check compares against the NCHW reference at 1e-4). A forward convolution is another
-    matter: cuDNN picks other algorithms per layout (TF32 in channels_last where NCHW runs full float32 for few input
-    channels, failing that check), so it is not taken there. x is converted by the family's tiled transpose."""
-    channels_last = (channels_last and x.is_cuda and x.dim() in (4, 5) and conv.transposed
-                     and conv.padding_mode == "zeros")
+    channels_last (CUDA, float32, 4-D/5-D, transposed convolutions): run the convolution on x and its weight in
+    channels_last memory format and return y in that layout, for a family operator that reads it in place. cuDNN runs
+    a float32 transposed convolution as an NHWC kernel whatever the layout, an NCHW call between two layout
+    transposes of its own: the channels_last call runs the same kernel without them and returns the same values
+    (bitwise at the real shapes of #19/#60/#61 on an H200; benchmarks/conv_layout_check.py). Not taken in
+    float16/bfloat16, where the two layouts' kernels differ (#60 in bfloat16: margin 1.69 against the NCHW
+    reference at KernelBench's 1e-2), nor for forward convolutions, where cuDNN picks other algorithms per layout
+    (TF32 in channels_last where NCHW runs full float32 for few input channels: margins 16-22 at 1e-4). At small
+    shapes cuDNN may also choose different float32 kernels per layout (TF32 roundings apart). x is converted by the
+    family's tiled transpose."""
+    channels_last = (channels_last and x.is_cuda and x.dtype == torch.float32 and x.dim() in (4, 5)
+                     and conv.transposed and conv.padding_mode == "zeros")
     if channels_last:
         if not x.is_contiguous(memory_format=_channels_last_format(x)):
             x = _family_ops.to_channels_last(x.contiguous())

@@ -5,7 +5,7 @@ from `torch.rand`, ConvTranspose2d 64 -> 64 (3 x 3, stride 1) to (128, 64, 258, 
 groups.
 
 `ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads, and
-in channels_last: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
+in channels_last for float32: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
 (reading and writing channels_last): prologue GELU, GroupNorm."""
 
 import torch

@@ -5,7 +5,7 @@ from `torch.rand`, ConvTranspose3d 3 -> 16 (3 x 3 x 3, stride 2, padding 1) to (
 GroupNorm with 4 groups, HardSwish.
 
 `ModelNew`: the transposed convolution (PyTorch; on CUDA without its bias, which the operator adds as it reads, and
-in channels_last: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
+in channels_last for float32: the same cuDNN kernel without the two layout transposes of an NCHW call), then one family operator
 (reading and writing channels_last): prologue Swish, GroupNorm, epilogue HardSwish."""
 
 import torch
