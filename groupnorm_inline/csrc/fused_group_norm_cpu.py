@@ -344,6 +344,7 @@ struct ChannelAffine {
   float mean, rstd, w, b;  // the unfused form
   float a, c;              // the fused form
   bool fused;
+  ChannelAffine() = default;
   GN_HD ChannelAffine(float mean_, float rstd_, float w_, float b_, bool fused_)
       : mean(mean_), rstd(rstd_), w(w_), b(b_), a(rstd_ * w_), c(fmaf(-(rstd_ * w_), mean_, b_)), fused(fused_) {}
   GN_HD float operator()(float v) const { return fused ? fmaf(a, v, c) : fmaf((v - mean) * rstd, w, b); }
