@@ -276,9 +276,9 @@ def main() -> None:
         fmt = (lambda v: f"{v:.3f}" if v is not None else "-")
         ok = (r["fp32"]["passed"] and r["bf16"]["passed"] and r["fp16"]["passed"]
               and float64_ok(r["f64"], r["f64_eager"]))
-        timing = (f"| {r['name']} | {fmt(ours)} | {fmt(eager)} | {fmt(comp)} | "
-                  f"{(eager / ours) if ours and eager else float('nan'):.2f}x | "
-                  f"{(comp / ours) if ours and comp else float('nan'):.2f}x | {fmt(r.get('main op'))} | ")
+        ratio = (lambda base: f"{base / ours:.2f}x" if ours and base else "-")  # "-" where not timed
+        timing = (f"| {r['name']} | {fmt(ours)} | {fmt(eager)} | {fmt(comp)} | {ratio(eager)} | {ratio(comp)} | "
+                  f"{fmt(r.get('main op'))} | ")
         if args.timing_only:  # nothing was compared: no error cells, no verdict
             log(timing + " | ".join(["-"] * 4) + " | not checked |")
             continue
