@@ -23,6 +23,9 @@ Epilogues (per element, after the affine):
     leaky_relu_double (slope)                    t = leaky_relu(z, slope); t + t
     silu_mul_silu [w]                            t = silu(z) * w; silu(t)
 Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
+Layouts: x contiguous, or channels_last where a channels_last convolution produced it: on CUDA the store output of
+the identity/gelu/relu/silu+hardswish chains is computed in place in that layout (and stored in it); any other case
+reads a contiguous copy, a store output still given back in x's layout.
 input_bias (C,): the bias of the convolution before the operator, added to x as it is read: on CUDA the problem
 modules run their convolution without its bias (`convolution_deferring_bias`), which saves PyTorch's separate
 bias-add kernel, a full read and write of the convolution's output.
