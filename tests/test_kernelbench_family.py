@@ -383,8 +383,9 @@ def test_operator_errors():
 
 # ---------------------------------------------------------------------------------------------- CUDA
 
-# The problems whose ModelNew runs its transposed convolution in channels_last (float32 on CUDA).
-CHANNELS_LAST_CONV_KEYS = {"2/19", "2/60", "2/61"}
+# The problems whose ModelNew runs its convolution otherwise than the reference on CUDA in float32: the transposed
+# convolutions in channels_last, the Conv3d ones with the family's direct kernel (where built for the shape).
+OWN_CONV_KEYS = {"2/19", "2/60", "2/61", "2/23", "2/27", "2/83"}
 
 
 @pytest.mark.cuda
@@ -394,9 +395,9 @@ CHANNELS_LAST_CONV_KEYS = {"2/19", "2/60", "2/61"}
 def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     """The CUDA kernels (slice and rows paths) against eager PyTorch on the GPU, parameters perturbed, outputs
     poisoned: the harness's tolerance for the dtype (the same cuDNN/cuBLAS calls on both sides, TF32 included). The
-    problems whose float32 transposed convolution runs channels_last compare with cuDNN's TF32 off: at these small
-    shapes cuDNN may pick different kernels per layout (at the real shapes it runs the same one, which the GPU check
-    script confirms against the harness's tolerance with TF32 on)."""
+    problems whose float32 convolution runs otherwise (OWN_CONV_KEYS) compare with cuDNN's TF32 off: at these small
+    shapes cuDNN may pick TF32 kernels for the reference (at the real shapes the reference's kernels give the same
+    values, which the GPU check script confirms against the harness's tolerance with TF32 on)."""
     patch = CASES[key][3] if shape == "small" else CASES[key][4]
     model, model_new, namespace = build(key, patch)
     perturb(model, model_new)
@@ -406,7 +407,7 @@ def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     x = x.to("cuda", dtype)
     x_before = x.clone()
     tol = 1e-4 if dtype == torch.float32 else 1e-2
-    exact = dtype == torch.float32 and key in CHANNELS_LAST_CONV_KEYS
+    exact = dtype == torch.float32 and key in OWN_CONV_KEYS
     with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
                                     deterministic=torch.backends.cudnn.deterministic,
                                     allow_tf32=torch.backends.cudnn.allow_tf32 and not exact):
@@ -705,5 +706,58 @@ def test_convolution_channels_last(kind, device):
             if bias2 is not None:
                 y2 = y2 + bias2.reshape(-1, *[1] * (x.dim() - 2))
             assert_close_report(y2, conv(x), atol=2e-5, rtol=2e-5, what=f"{kind} {device} after an update")
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+# ---------------------------------------------------------------------------------------------- conv3d_direct
+
+# (N, C_in, D, H, W, C_out, K): each (C_in, C_out, K) the CUDA kernel is built for, with output widths that are
+# not a multiple of its 4 outputs per thread; and a shape it is not built for (cuDNN inside the op).
+CONV3D_CASES = [(2, 3, 6, 7, 11, 16, 4), (2, 3, 5, 9, 10, 16, 3), (1, 3, 4, 6, 33, 24, 3), (2, 3, 4, 4, 4, 24, 3),
+                (2, 5, 5, 6, 7, 7, 3)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("case", CONV3D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv3d_direct(case, device, poisoned_outputs):
+    """conv3d_direct against torch.nn.functional.conv3d in float64 (cuDNN's TF32 is not involved): float32 sums,
+    so 1e-5 of the output's scale; a non-contiguous input, |mean| >> spread (products of 3 x K^3 terms near 10);
+    the input unchanged; half precision falls back to PyTorch's convolution."""
+    n, ci, d, h, w, co, k = case
+    gen = torch.Generator().manual_seed(17)
+    x = (torch.rand(n, ci, d, h, 2 * w, generator=gen) + 10.0)[..., ::2].to(device)  # a strided view
+    weight = (torch.randn(co, ci, k, k, k, generator=gen) * 0.2).to(device)
+    before = x.clone()
+    got = ops.conv3d_direct(x, weight)
+    ref = torch.nn.functional.conv3d(x.double(), weight.double())
+    assert torch.equal(x, before)
+    assert got.dtype == torch.float32 and got.shape == ref.shape and got.is_contiguous()
+    scale = ref.abs().max().item()
+    assert_close_report(got.double(), ref, atol=1e-5 * scale, rtol=0, what=f"conv3d_direct {case} on {device}")
+    if device == "cuda":
+        half = ops.conv3d_direct(x.half(), weight.half())
+        assert half.dtype == torch.float16 and half.shape == ref.shape
+    with pytest.raises(RuntimeError, match="does not fit"):
+        ops.conv3d_direct(x, weight[:, :1])
+
+
+@pytest.mark.cuda
+def test_conv3d_deferring_bias_takes_the_direct_kernel(poisoned_outputs):
+    """A float32 CUDA Conv3d of stride 1 without padding runs the direct kernel, its bias deferred: y + b matches the
+    module (TF32 off, exact float32 on both sides); padding, stride or half precision keep PyTorch's convolution."""
+    torch.manual_seed(3)
+    x = torch.rand(2, 3, 6, 9, 10, device="cuda")
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            for conv in (torch.nn.Conv3d(3, 16, 3), torch.nn.Conv3d(3, 16, 3, padding=1), torch.nn.Conv3d(3, 16, 3, stride=2)):
+                conv = conv.cuda()
+                y, bias = family.convolution_deferring_bias(conv, x)
+                assert bias is conv.bias
+                assert_close_report(y + bias.reshape(-1, 1, 1, 1), conv(x), atol=1e-5, rtol=1e-5, what=str(conv))
+                assert family._direct_conv3d(conv, x) == (conv.padding == (0, 0, 0) and conv.stride == (1, 1, 1))
+                assert not family._direct_conv3d(conv, x.half())
     finally:
         torch.backends.cudnn.allow_tf32 = saved

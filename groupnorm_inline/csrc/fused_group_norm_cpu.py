@@ -36,6 +36,8 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
 
   to_channels_last(x (N, C, *) 4-D or 5-D) -> the same values in channels_last memory format, the input of a
       channels_last convolution (CUDA: one tiled transpose through shared memory).
+  conv3d_direct(x, weight) -> the family's Conv3d problems' convolution (stride 1, no padding, no bias), see
+      conv3d_direct.py.
 
 The CPU kernel is the exact reference of the family: one task per sample, each (n, g) slice's values v' gathered
 in float32, two passes in float64 for the mean and the variance, then the same functors and the same affine
@@ -43,6 +45,7 @@ formula as the CUDA kernels.
 """
 
 from .activation import ACTIVATION_HEADER
+from .conv3d_direct import CONV3D_DIRECT_CHECKS, CONV3D_DIRECT_CPU, CONV3D_DIRECT_SCHEMA
 from .message import MESSAGE_HEADER
 
 FAMILY_NAMESPACE = "groupnorm_inline_family"
@@ -58,6 +61,7 @@ TO_CHANNELS_LAST_SCHEMA = "to_channels_last(Tensor x) -> Tensor"
 
 FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/conv3d.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -538,9 +542,9 @@ GN_HD float load_value(const T* xr, int64_t s, int64_t c, const Pro& pro, const 
 }
 
 }  // namespace gn_family
-"""
+""" + CONV3D_DIRECT_CHECKS
 
-FAMILY_CPU_TEMPLATE = FAMILY_COMMON_TEMPLATE + r"""
+FAMILY_CPU_TEMPLATE = FAMILY_COMMON_TEMPLATE + CONV3D_DIRECT_CPU + r"""
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
@@ -654,10 +658,13 @@ at::Tensor to_channels_last_cpu(const at::Tensor& x) { return x.contiguous(chann
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FAMILY_SCHEMA@");
   m.def("@TO_CHANNELS_LAST_SCHEMA@");
+  m.def("@CONV3D_DIRECT_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cpu);
   m.impl("to_channels_last", &gn_family::to_channels_last_cpu);
+  m.impl("conv3d_direct", &gn_conv::conv3d_direct_cpu);
 }
-""".replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA).replace("@TO_CHANNELS_LAST_SCHEMA@", TO_CHANNELS_LAST_SCHEMA)
+""".replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA).replace("@TO_CHANNELS_LAST_SCHEMA@", TO_CHANNELS_LAST_SCHEMA).replace(
+    "@CONV3D_DIRECT_SCHEMA@", CONV3D_DIRECT_SCHEMA)

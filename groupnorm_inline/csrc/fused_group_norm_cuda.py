@@ -30,6 +30,7 @@ it over the CTA: only (N, 1) is written.
 """
 
 from .common_cuda import COMMON_CUDA_HEADER
+from .conv3d_direct import CONV3D_DIRECT_CUDA
 from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
 
 FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
@@ -938,9 +939,10 @@ at::Tensor to_channels_last_cuda(const at::Tensor& x) {
 }
 
 }  // namespace gn_family
-
+@CONV3D_DIRECT_CUDA@
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
+  m.impl("conv3d_direct", &gn_conv::conv3d_direct_cuda);
   m.impl("to_channels_last", &gn_family::to_channels_last_cuda);
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
 }
-"""
+""".replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA)

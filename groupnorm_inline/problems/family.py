@@ -145,6 +145,18 @@ def _channels_last_weight(conv) -> torch.Tensor:
     return cached[1]
 
 
+def _direct_conv3d(conv, x: torch.Tensor) -> bool:
+    """Whether the family's direct Conv3d kernel (csrc/conv3d_direct.py) takes conv(x): CUDA float32, a forward
+    Conv3d of stride 1, no padding, no dilation, one group, a cubic kernel (the kernel itself runs cuDNN for a
+    (C_in, C_out, K) it is not built for). It computes the float32 sums that cuDNN's NCDHW algorithm computes for
+    these few-channel inputs, several times faster. Like the family operator it has no autograd: the problem
+    modules are inference code."""
+    return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 5 and type(conv) is torch.nn.Conv3d
+            and tuple(conv.stride) == (1, 1, 1) and conv.padding in ((0, 0, 0), "valid")
+            and tuple(conv.dilation) == (1, 1, 1) and conv.groups == 1 and conv.padding_mode == "zeros"
+            and len(set(conv.kernel_size)) == 1)
+
+
 def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None, channels_last: bool = False):
     """(y, bias): `conv` (an nn.Conv*d or nn.ConvTranspose*d) applied to x, and the bias still to be added (the
     family operator's `input_bias`), or None. defer None: on CUDA the convolution runs without its bias (PyTorch's
@@ -172,6 +184,8 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
         weight = conv.weight
     if defer is None:
         defer = x.is_cuda
+    if defer and _direct_conv3d(conv, x):
+        return _family_ops.conv3d_direct(x.contiguous(), conv.weight.detach()), conv.bias
     if not channels_last and (conv.bias is None or not defer or conv.padding_mode != "zeros"):
         return conv(x), None
     keep_bias = conv.bias is not None and not defer
