@@ -8,7 +8,7 @@ With GroupNorm's initial affine parameters (weight 1, bias 0) every group's norm
 reference output is float32 rounding noise near 0; tests and the GPU script also set other affine parameters.
 
 `ModelNew`: the convolution (on CUDA in float32 the family's direct Conv3d kernel, the float32 sums of PyTorch's
-NCDHW convolution several times faster; without its bias, which the operator adds as it reads), then one family
+NCDHW convolution, 1.9-4.7x faster on an H200; without its bias, which the operator adds as it reads), then one family
 operator: GroupNorm with the mean_all output (per-chunk partial sums of the normalised values; the normalised tensor
 is never written)."""
 

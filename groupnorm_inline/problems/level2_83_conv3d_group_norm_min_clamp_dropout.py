@@ -8,7 +8,7 @@ min(v, 0) clamped to [0, 1] is 0 for every value but NaN, so the reference outpu
 normalised value is NaN).
 
 `ModelNew`: the convolution (on CUDA in float32 the family's direct Conv3d kernel, the float32 sums of PyTorch's
-NCDHW convolution several times faster; without its bias, which the operator adds as it reads), one family
+NCDHW convolution, 1.9-4.7x faster on an H200; without its bias, which the operator adds as it reads), one family
 operator (GroupNorm, epilogue min + clamp), then the module's own Dropout, which draws its mask from PyTorch's
 generator exactly as the reference does (same numel, same generator state afterwards). `constant_shortcut=True`
 (keyword-only, off by default) uses the identity above instead: it skips the convolution and the GroupNorm and returns
