@@ -31,17 +31,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-from check_kernelbench_family import HARNESS_SEED, TRIALS, draw_seeds, leading_module, margin, set_seed  # noqa: E402
+from check_kernelbench_family import (HARNESS_SEED, LOG_LINES, TRIALS, draw_seeds, leading_module, log,  # noqa: E402
+                                      margin, set_seed)
 from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
 
 CONV_PROBLEMS = ("2/11", "2/19", "2/21", "2/23", "2/27", "2/60", "2/61", "2/83", "2/85")
 PLAN = TimingPlan(warmup=3, min_iters=10, max_iters=40, target_s=0.4)
-LOG: list[str] = []
-
-
-def log(text: str = "") -> None:
-    print(text, flush=True)
-    LOG.append(text)
 
 
 def reference_namespace(key: str) -> dict:
@@ -202,7 +197,7 @@ def main() -> None:
                 log(f"| {key} | {name} | {ms:.3f} | {worst:.3g} |")
             torch.cuda.empty_cache()
         if os.environ.get("OUT"):
-            Path(os.environ["OUT"], "conv_layout_variants.txt").write_text("\n".join(LOG) + "\n")
+            Path(os.environ["OUT"], "conv_layout_variants.txt").write_text("\n".join(LOG_LINES) + "\n")
         return
     log("| problem | conv NCHW ms | conv CL ms | input to CL ms | CL out to NCHW ms | copy of conv out ms | "
         "eager ms | eager CL ms | conv out MB | GN margin CL tf32 | out margin CL tf32 | GN margin CL fp32 |")
@@ -219,7 +214,7 @@ def main() -> None:
             f"{out_tf32:.3g} | {gn_fp32:.3g} |")
         torch.cuda.empty_cache()
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "conv_layout_check.txt").write_text("\n".join(LOG) + "\n")
+        Path(os.environ["OUT"], "conv_layout_check.txt").write_text("\n".join(LOG_LINES) + "\n")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,16 @@ def build(key, patch, seed=42, **kwargs):
     return model, model_new, namespace
 
 
+def seeded_outputs(models, inputs, seed=11):
+    """Each model on its input without autograd, the global RNG seeded alike before each (Dropout draws)."""
+    outputs = []
+    for model, x in zip(models, inputs):
+        set_seed(seed)
+        with torch.no_grad():
+            outputs.append(model(x))
+    return outputs
+
+
 def perturb(model, model_new, seed=7):
     """Give every parameter of Model a random value (GroupNorm affine included) and copy it into ModelNew."""
     gen = torch.Generator().manual_seed(seed)
@@ -218,15 +228,7 @@ def test_against_float64_with_perturbed_parameters(key, shape):
     set_seed(3)
     (x,) = namespace["get_inputs"]()
     x_before = x.clone()
-    set_seed(11)
-    with torch.no_grad():
-        out = model_new(x)
-    set_seed(11)
-    with torch.no_grad():
-        ref32 = model(x)
-    set_seed(11)
-    with torch.no_grad():
-        ref64 = model64(x.double())
+    out, ref32, ref64 = seeded_outputs((model_new, model, model64), (x, x, x.double()))
     assert torch.equal(x, x_before), "ModelNew modified its input"
     assert out.dtype == torch.float32 and out.shape == ref32.shape
     if key != "2/83":
@@ -411,12 +413,7 @@ def test_cuda_against_eager(key, shape, dtype, poisoned_outputs):
     with torch.backends.cudnn.flags(enabled=True, benchmark=torch.backends.cudnn.benchmark,
                                     deterministic=torch.backends.cudnn.deterministic,
                                     allow_tf32=torch.backends.cudnn.allow_tf32 and not exact):
-        set_seed(11)
-        with torch.no_grad():
-            out = model_new(x)
-        set_seed(11)
-        with torch.no_grad():
-            ref = model(x)
+        out, ref = seeded_outputs((model_new, model), (x, x))
     assert torch.equal(x, x_before)
     assert out.dtype == dtype and out.shape == ref.shape
     assert_close_report(out, ref, atol=tol, rtol=tol, what=f"{key} {shape} {dtype} on CUDA")
