@@ -151,8 +151,9 @@ def _direct_conv3d(conv, x: torch.Tensor) -> bool:
     (C_in, C_out, K) it is not built for). It computes the float32 sums that cuDNN's NCDHW algorithm computes for
     these few-channel inputs, several times faster. Like the family operator it has no autograd: the problem
     modules are inference code."""
-    return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 5 and type(conv) is torch.nn.Conv3d
-            and tuple(conv.stride) == (1, 1, 1) and conv.padding in ((0, 0, 0), "valid")
+    # (A forward convolution of 3-D kernels, told by its attributes: an export may not name torch.nn layers.)
+    return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 5 and not conv.transposed
+            and len(conv.kernel_size) == 3 and tuple(conv.stride) == (1, 1, 1) and conv.padding in ((0, 0, 0), "valid")
             and tuple(conv.dilation) == (1, 1, 1) and conv.groups == 1 and conv.padding_mode == "zeros"
             and len(set(conv.kernel_size)) == 1)
 
