@@ -180,14 +180,14 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
                      and conv.transposed and conv.padding_mode == "zeros")
     if channels_last:
         if not x.is_contiguous(memory_format=_channels_last_format(x)):
-            x = _family_ops.to_channels_last(x.contiguous())
+            x = _family_ops.to_channels_last(x)  # a strided x: one copy straight into channels_last
         weight = _channels_last_weight(conv)
     else:
         weight = conv.weight
     if defer is None:
         defer = x.is_cuda
     if defer and _direct_conv3d(conv, x):
-        return _family_ops.conv3d_direct(x.contiguous(), conv.weight.detach()), conv.bias
+        return _family_ops.conv3d_direct(x, conv.weight.detach()), conv.bias  # the op makes x contiguous
     if not channels_last and (conv.bias is None or not defer or conv.padding_mode != "zeros"):
         return conv(x), None
     keep_bias = conv.bias is not None and not defer
