@@ -16,6 +16,8 @@
 #   profile    benchmarks/profile_family.py over $PROFILE_PROBLEMS (default: the convolution problems)
 #   check      benchmarks/check_kernelbench_family.py --no-compile over $CHECK_PROBLEMS (default: all)
 #   compile    the same, timing only, with torch.compile, over $COMPILE_PROBLEMS
+#   convvariants  benchmarks/conv_direct_variants.py: every tile of the direct convolution against cuDNN at the
+#              family's real convolution shapes (correctness against float64, timings)
 #   export     benchmarks/export_check.py over $EXPORT_PROBLEMS (default 2/92): the exported single file
 #              against the package's ModelNew in one process (bitwise equal outputs, side-by-side timings)
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
@@ -42,6 +44,10 @@ if [[ " $* " == *" export "* ]]; then  # #92's kernels too, for the package side
     "$PYTHON" -c "import sys; sys.argv = ['-m']; from groupnorm_inline.problems import level2_92_kernels; \
 level2_92_kernels.load()" > "$OUT/build-p92.log" 2>&1 &
 fi
+if [[ " $* " == *" convvariants "* ]]; then  # the variants' own extension
+    "$PYTHON" -c "import sys; sys.argv = ['-m']; sys.path.insert(0, 'benchmarks'); import conv_direct_variants as c; \
+c.build(c.variants())" > "$OUT/build-conv-variants.log" 2>&1 &
+fi
 wait
 tail -n 2 "$OUT"/build-*.log
 echo "build/load: $(elapsed)"
@@ -64,7 +70,7 @@ for step in "$@"; do
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
             tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
-            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d" \
+            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel" \
             2>&1 | tail -n 20 | tee "$OUT/sanitizer-family.txt"
         echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-family.txt" ;;
     bnstats)
@@ -91,6 +97,8 @@ EOF
     check)
         timeout 560 "$PYTHON" benchmarks/check_kernelbench_family.py --no-compile ${CHECK_PROBLEMS:+--problems $CHECK_PROBLEMS} \
             2>&1 | tail -n 40 ;;
+    convvariants)
+        timeout 300 "$PYTHON" benchmarks/conv_direct_variants.py 2>&1 | tail -n 60 ;;
     export)
         timeout 400 "$PYTHON" benchmarks/export_check.py --problems "${EXPORT_PROBLEMS:-2/92}" 2>&1 | tail -n 20 ;;
     compile)

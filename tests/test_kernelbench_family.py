@@ -709,22 +709,25 @@ def test_convolution_channels_last(kind, device):
 
 # ---------------------------------------------------------------------------------------------- conv3d_direct
 
-# (N, C_in, D, H, W, C_out, K): each (C_in, C_out, K) the CUDA kernel is built for, with output widths that are
-# not a multiple of its 4 outputs per thread; and a shape it is not built for (cuDNN inside the op).
-CONV3D_CASES = [(2, 3, 6, 7, 11, 16, 4), (2, 3, 5, 9, 10, 16, 3), (1, 3, 4, 6, 33, 24, 3), (2, 3, 4, 4, 4, 24, 3),
-                (2, 5, 5, 6, 7, 7, 3)]
+# (N, C_in, D, H, W, C_out, KD, K): each (C_in, C_out, KD, K) the CUDA kernel is built for (KD = 1: a Conv2d as
+# its depth-1 case), with output widths that are not a multiple of its outputs per thread; and a shape it is not
+# built for (cuDNN inside the op).
+CONV3D_CASES = [(2, 3, 6, 7, 11, 16, 4, 4), (2, 3, 5, 9, 10, 16, 3, 3), (1, 3, 4, 6, 33, 24, 3, 3),
+                (2, 3, 4, 4, 4, 24, 3, 3), (3, 8, 1, 7, 13, 32, 1, 3), (1, 8, 1, 3, 70, 32, 1, 3),
+                (2, 5, 5, 6, 7, 7, 3, 3)]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("case", CONV3D_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_conv3d_direct(case, device, poisoned_outputs):
     """conv3d_direct against torch.nn.functional.conv3d in float64 (cuDNN's TF32 off for the shape the kernel is
-    not built for, which runs PyTorch's convolution): float32 sums, so 1e-5 of the output's scale; a non-contiguous input, |mean| >> spread (products of 3 x K^3 terms near 10);
-    the input unchanged; half precision falls back to PyTorch's convolution."""
-    n, ci, d, h, w, co, k = case
+    not built for, which runs PyTorch's convolution): float32 sums, so 1e-5 of the output's scale; a
+    non-contiguous input, |mean| >> spread (products of C_in x KD x K^2 terms near 10); the input unchanged; half
+    precision falls back to PyTorch's convolution."""
+    n, ci, d, h, w, co, kd, k = case
     gen = torch.Generator().manual_seed(17)
     x = (torch.rand(n, ci, d, h, 2 * w, generator=gen) + 10.0)[..., ::2].to(device)  # a strided view
-    weight = (torch.randn(co, ci, k, k, k, generator=gen) * 0.2).to(device)
+    weight = (torch.randn(co, ci, kd, k, k, generator=gen) * 0.2).to(device)
     before = x.clone()
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False  # the shape the kernel is not built for runs cuDNN: float32 there too
@@ -742,24 +745,57 @@ def test_conv3d_direct(case, device, poisoned_outputs):
         assert half.dtype == torch.float16 and half.shape == ref.shape
     with pytest.raises(RuntimeError, match="does not fit"):
         ops.conv3d_direct(x, weight[:, :1])
+    with pytest.raises(RuntimeError, match="larger than the input"):
+        ops.conv3d_direct(x[:, :, :, :1], weight)
+
+
+def test_direct_convolution_rule():
+    """Which convolutions the direct kernel takes (told by attributes, no GPU needed for the rule): forward Conv2d and
+    Conv3d of a built (C_in, C_out, kernel), stride 1, no padding, float32 CUDA; a Conv2d it is not built for
+    keeps cuDNN's 2-D call (the op's own fallback would be a 3-D convolution), Conv1d and transposed convolutions
+    are never taken, and a CPU input never."""
+
+    class FakeCuda:  # the attributes _direct_convolution reads of x, as a CUDA float32 tensor would have them
+        def __init__(self, dim):
+            self.is_cuda, self.dtype, self._dim = True, torch.float32, dim
+
+        def dim(self):
+            return self._dim
+
+    x4, x5 = FakeCuda(4), FakeCuda(5)
+    assert family._direct_convolution(torch.nn.Conv2d(8, 32, 3), x4)
+    assert family._direct_convolution(torch.nn.Conv3d(3, 16, 4), x5)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 64, 3), x4)  # not built: cuDNN's 2-D call
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3, padding=1), x4)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3, stride=2), x4)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 32, (3, 1)), x4)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3), x5)
+    assert not family._direct_convolution(torch.nn.Conv1d(8, 32, 3), FakeCuda(3))
+    assert not family._direct_convolution(torch.nn.ConvTranspose2d(8, 32, 3), x4)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3), torch.rand(1, 8, 5, 5))
 
 
 @pytest.mark.cuda
-def test_conv3d_deferring_bias_takes_the_direct_kernel(poisoned_outputs):
-    """A float32 CUDA Conv3d of stride 1 without padding runs the direct kernel, its bias deferred: y + b matches the
-    module (TF32 off, exact float32 on both sides); padding, stride or half precision keep PyTorch's convolution."""
+def test_convolution_deferring_bias_takes_the_direct_kernel(poisoned_outputs):
+    """A float32 CUDA Conv3d or built Conv2d of stride 1 without padding runs the direct kernel, its bias deferred:
+    y + b matches the module (TF32 off, exact float32 on both sides); padding, stride or half precision keep
+    PyTorch's convolution."""
     torch.manual_seed(3)
-    x = torch.rand(2, 3, 6, 9, 10, device="cuda")
+    x3d, x2d = torch.rand(2, 3, 6, 9, 10, device="cuda"), torch.rand(2, 8, 11, 9, device="cuda")
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False
     try:
         with torch.no_grad():
-            for conv in (torch.nn.Conv3d(3, 16, 3), torch.nn.Conv3d(3, 16, 3, padding=1), torch.nn.Conv3d(3, 16, 3, stride=2)):
+            for conv in (torch.nn.Conv3d(3, 16, 3), torch.nn.Conv3d(3, 16, 3, padding=1),
+                         torch.nn.Conv3d(3, 16, 3, stride=2), torch.nn.Conv2d(8, 32, 3), torch.nn.Conv2d(8, 32, 3, padding=1)):
                 conv = conv.cuda()
+                x = x2d if isinstance(conv, torch.nn.Conv2d) else x3d
                 y, bias = family.convolution_deferring_bias(conv, x)
                 assert bias is conv.bias
-                assert_close_report(y + bias.reshape(-1, 1, 1, 1), conv(x), atol=1e-5, rtol=1e-5, what=str(conv))
-                assert family._direct_conv3d(conv, x) == (conv.padding == (0, 0, 0) and conv.stride == (1, 1, 1))
-                assert not family._direct_conv3d(conv, x.half())
+                assert_close_report(y + bias.reshape(-1, *[1] * (x.dim() - 2)), conv(x), atol=1e-5, rtol=1e-5,
+                                    what=str(conv))
+                unpadded = all(p == 0 for p in conv.padding) and all(s == 1 for s in conv.stride)
+                assert family._direct_convolution(conv, x) == unpadded
+                assert not family._direct_convolution(conv, x.half())
     finally:
         torch.backends.cudnn.allow_tf32 = saved

@@ -1,24 +1,30 @@
-"""C++/CUDA source: a direct 3-D convolution for few input channels, part of the GroupNorm family extension.
+"""C++/CUDA source: a direct convolution for few input channels (3-D, and 2-D as its depth-1 case), part of the
+GroupNorm family extension.
 
-    conv3d_direct(x (N, CI, D, H, W) float32 contiguous, weight (CO, CI, K, K, K)) -> y (N, CO, D-K+1, H-K+1, W-K+1)
+    conv3d_direct(x (N, CI, D, H, W) float32, weight (CO, CI, KD, K, K)) -> y (N, CO, D-KD+1, H-K+1, W-K+1)
 
-stride 1, no padding, no bias (the family operator adds the bias as it reads y). The family's Conv3d problems
-(#23: 3 -> 24 channels, 3^3; #27: 3 -> 16, 4^3; #83: 3 -> 16, 3^3) have this form, and cuDNN runs them slowly:
-with three input channels its NCDHW algorithm computes in full float32 (not TF32) at ~3.5 TFMA/s (#27: 9.8 ms
-for 34 G multiply-adds on an H200), and its channels_last TF32 kernels, 3x faster, change the result beyond the
-harness's 1e-4 check (benchmarks/conv_layout_check.py). This kernel computes the same float32 sums (products of
-float32 values accumulated with float32 FMAs, in another order: a few units of the last place apart).
+stride 1, no padding, no bias (the family operator adds the bias as it reads y). A Conv2d runs as the depth-1
+case: x (N, CI, 1, H, W), weight (CO, CI, 1, K, K) (views, no copy; `family._direct_convolution`). The family's
+Conv3d problems (#23: 3 -> 24 channels, 3^3; #27: 3 -> 16, 4^3; #83: 3 -> 16, 3^3) and #21's Conv2d (8 -> 32,
+3 x 3) have this form, and cuDNN runs them slowly: with few input channels its NCHW/NCDHW algorithms compute in
+full float32 (not TF32) at ~3.5 TFMA/s for the Conv3d problems (#27: 9.8 ms for 34 G multiply-adds on an H200)
+and ~11 TFMA/s for #21 (1.73 ms for 19 G on an H100), and its channels_last TF32 kernels, faster, change the
+result beyond the harness's 1e-4 check (benchmarks/conv_layout_check.py). This kernel computes the same float32
+sums (products of float32 values accumulated with float32 FMAs, in another order: a few units of the last place
+apart).
 
-CUDA: a thread computes P = 4 consecutive outputs along W for every output channel (CO x P accumulators in
-registers). Per (ci, kd, kh) it reads one input row segment of P + K - 1 values (through L1: neighbouring threads
-and the K x K x K taps reuse them) and, per output channel, the K taps of that weight row as one 16-byte
-shared-memory load (rows padded to 4 taps; the address is the same across the warp: a broadcast), which feeds
-K x P FMAs. The CTA stages the weights in shared memory once. Instantiated for (CI, CO, K) in
-CONV3D_DIRECT_SHAPES; any other shape (and the CPU) runs at::conv3d.
+CUDA: a thread computes P consecutive outputs along W for CT output channels (a tile of the CO: CT x P
+accumulators in registers). Per (ci, kd, kh) it reads one input row segment of P + K - 1 values (through L1:
+neighbouring threads and the taps reuse them) and, per output channel, the K taps of that weight row as one
+16-byte shared-memory load (rows padded to 4 taps; the address is the same across the warp: a broadcast), which
+feeds K x P FMAs. The CTA stages its tile's weights in shared memory once; the CO / CT tiles of the same rows are
+neighbouring CTAs (they read the same input rows while it is in L2). Instantiated for the (CI, CO, KD, K) of
+CONV_DIRECT_SHAPES with the (CT, P) given there; any other shape (and the CPU) runs at::conv3d.
 """
 
-# (CI, CO, K) the CUDA kernel is built for: the family's Conv3d problems.
-CONV3D_DIRECT_SHAPES = ((3, 16, 4), (3, 16, 3), (3, 24, 3))
+# (CI, CO, KD, K, CT, P) the CUDA kernel is built for: the family's Conv3d problems and #21's Conv2d (KD = 1). CT x P
+# = 64 accumulators where CO allows, 128 for #21 (CT 32: the input rows read once, 12 FMAs per shared load).
+CONV_DIRECT_SHAPES = ((3, 16, 4, 4, 16, 4), (3, 16, 3, 3, 16, 4), (3, 24, 3, 3, 24, 4), (8, 32, 1, 3, 32, 4))
 
 CONV3D_DIRECT_SCHEMA = "conv3d_direct(Tensor x, Tensor weight) -> Tensor"
 
@@ -34,12 +40,13 @@ inline void check_conv3d_direct(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.device() == w.device(),
               gn_inline_msg::cat("Expected all tensors to be on the same device, but found at least two devices, ",
                                  x.device().str(), " and ", w.device().str(), "!"));
-  TORCH_CHECK(w.size(1) == x.size(1) && w.size(2) == w.size(3) && w.size(3) == w.size(4),
+  TORCH_CHECK(w.size(1) == x.size(1) && w.size(3) == w.size(4),
               gn_inline_msg::cat("conv3d_direct: weight ", gn_inline_msg::shape(w.sizes()),
-                                 " does not fit input ", gn_inline_msg::shape(x.sizes()), " (cubic kernels only)"));
-  TORCH_CHECK(x.size(2) >= w.size(2) && x.size(3) >= w.size(2) && x.size(4) >= w.size(2),
-              gn_inline_msg::cat("conv3d_direct: kernel size ", w.size(2), " larger than the input ",
-                                 gn_inline_msg::shape(x.sizes())));
+                                 " does not fit input ", gn_inline_msg::shape(x.sizes()),
+                                 " (square kernels in H and W only)"));
+  TORCH_CHECK(x.size(2) >= w.size(2) && x.size(3) >= w.size(3) && x.size(4) >= w.size(4),
+              gn_inline_msg::cat("conv3d_direct: kernel ", gn_inline_msg::shape(w.sizes().slice(2)),
+                                 " larger than the input ", gn_inline_msg::shape(x.sizes())));
 }
 
 }  // namespace gn_conv
@@ -56,29 +63,31 @@ at::Tensor conv3d_direct_cpu(const at::Tensor& x, const at::Tensor& w) {
 }  // namespace gn_conv
 """
 
-CONV3D_DIRECT_CUDA = r"""
+CONV_DIRECT_KERNEL = r"""
 namespace gn_conv {
 
 constexpr int kConvThreads = 128;
-constexpr int kConvP = 4;  // outputs along W per thread
 
-// y[n, co, d, h, w0 + p] for p < P, every co; weights staged as ws[((ci * K + kd) * K + kh) * CO + co] = the K taps
-// along W, padded to 4.
-template <int CI, int CO, int K>
-__global__ void __launch_bounds__(kConvThreads) conv3d_direct_kernel(const float* __restrict__ x,
-                                                                     const float* __restrict__ w, int64_t rows,
-                                                                     int D, int H, int W, int Do, int Ho, int Wo,
-                                                                     int wgroups, float* __restrict__ y) {
+// y[n, co, d, h, w0 + p] for p < P and the CTA's tile of CT output channels; weights staged as
+// ws[((ci * KD + kd) * K + kh) * CT + co] = the K taps along W, padded to 4. Block b: tile b % (CO / CT), threads
+// over (output row, group of P along W) from (b / (CO / CT)) * kConvThreads.
+template <int CI, int CO, int KD, int K, int CT, int P>
+__global__ void __launch_bounds__(kConvThreads) conv_direct_kernel(const float* __restrict__ x,
+                                                                   const float* __restrict__ w, int64_t rows,
+                                                                   int D, int H, int W, int Do, int Ho, int Wo,
+                                                                   int wgroups, float* __restrict__ y) {
   static_assert(K <= 4, "weight rows are staged as 4 taps");
-  constexpr int P = kConvP, R = P + K - 1, TAPS = CI * K * K * K;
-  __shared__ float4 ws[CI * K * K * CO];
-  for (int i = threadIdx.x; i < CI * K * K * CO; i += kConvThreads) {
-    const int co = i % CO, row = i / CO;  // row = (ci * K + kd) * K + kh
-    const float* src = w + static_cast<int64_t>(co) * TAPS + row * K;
+  static_assert(CO % CT == 0, "the output channels split into whole tiles");
+  constexpr int R = P + K - 1, TAPS = CI * KD * K * K, TILES = CO / CT, WROWS = CI * KD * K;
+  __shared__ float4 ws[WROWS * CT];
+  const int tile = static_cast<int>(blockIdx.x % TILES);
+  for (int i = threadIdx.x; i < WROWS * CT; i += kConvThreads) {
+    const int co = i % CT, row = i / CT;  // row = (ci * KD + kd) * K + kh
+    const float* src = w + static_cast<int64_t>(tile * CT + co) * TAPS + row * K;
     ws[i] = make_float4(src[0], K > 1 ? src[1] : 0.0f, K > 2 ? src[2] : 0.0f, K > 3 ? src[3] : 0.0f);
   }
   __syncthreads();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
+  const int64_t t = static_cast<int64_t>(blockIdx.x / TILES) * kConvThreads + threadIdx.x;
   if (t >= rows * wgroups) return;  // no barrier below
   const int wg = static_cast<int>(t % wgroups);
   const int64_t row = t / wgroups;  // (n, d, h) of the output
@@ -87,26 +96,26 @@ __global__ void __launch_bounds__(kConvThreads) conv3d_direct_kernel(const float
   const int d = static_cast<int>(nd % Do);
   const int64_t n = nd / Do;
   const int w0 = wg * P;
-  float acc[CO][P];
+  float acc[CT][P];
 #pragma unroll
-  for (int co = 0; co < CO; ++co)
+  for (int co = 0; co < CT; ++co)
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[co][p] = 0.0f;
   const int64_t plane = static_cast<int64_t>(H) * W;
 #pragma unroll 1
   for (int ci = 0; ci < CI; ++ci) {
 #pragma unroll 1
-    for (int kd = 0; kd < K; ++kd) {
+    for (int kd = 0; kd < KD; ++kd) {
       const float* base = x + ((n * CI + ci) * D + d + kd) * plane + static_cast<int64_t>(h) * W + w0;
-      const float4* wrow = ws + (ci * K + kd) * K * CO;
+      const float4* wrow = ws + (ci * KD + kd) * K * CT;
 #pragma unroll
       for (int kh = 0; kh < K; ++kh) {
         float xv[R];
 #pragma unroll
         for (int j = 0; j < R; ++j) xv[j] = w0 + j < W ? __ldg(base + kh * W + j) : 0.0f;
 #pragma unroll
-        for (int co = 0; co < CO; ++co) {
-          const float4 q = wrow[kh * CO + co];
+        for (int co = 0; co < CT; ++co) {
+          const float4 q = wrow[kh * CT + co];
           const float tap[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
           for (int kw = 0; kw < K; ++kw)
@@ -117,31 +126,46 @@ __global__ void __launch_bounds__(kConvThreads) conv3d_direct_kernel(const float
     }
   }
   const int64_t cstride = static_cast<int64_t>(Do) * Ho * Wo;
-  float* out = y + (n * CO * Do + d) * static_cast<int64_t>(Ho) * Wo + static_cast<int64_t>(h) * Wo + w0;
+  float* out = y + ((n * CO + tile * CT) * Do + d) * static_cast<int64_t>(Ho) * Wo + static_cast<int64_t>(h) * Wo + w0;
 #pragma unroll
-  for (int co = 0; co < CO; ++co)
+  for (int co = 0; co < CT; ++co)
 #pragma unroll
     for (int p = 0; p < P; ++p)
       if (w0 + p < Wo) out[co * cstride + p] = acc[co][p];
 }
 
-template <int CI, int CO, int K>
-bool try_conv3d_direct(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, cudaStream_t stream) {
-  if (x.size(1) != CI || w.size(0) != CO || w.size(2) != K) return false;
+// y = the convolution of x and w (contiguous float32) with the kernel instantiated for (CI, CO, KD, K) and tile
+// (CT, P); false (y untouched) when x and w have another shape or the grid does not fit one launch.
+template <int CI, int CO, int KD, int K, int CT, int P>
+bool try_conv_direct(const at::Tensor& x, const at::Tensor& w, at::Tensor& y, cudaStream_t stream) {
+  if (x.size(1) != CI || w.size(0) != CO || w.size(2) != KD || w.size(3) != K) return false;
   const int64_t N = x.size(0), D = x.size(2), H = x.size(3), W = x.size(4);
-  const int64_t Do = D - K + 1, Ho = H - K + 1, Wo = W - K + 1;
-  const int64_t wgroups = (Wo + kConvP - 1) / kConvP;
+  const int64_t Do = D - KD + 1, Ho = H - K + 1, Wo = W - K + 1;
+  const int64_t wgroups = (Wo + P - 1) / P;
   const int64_t rows = N * Do * Ho;
-  const int64_t blocks = (rows * wgroups + kConvThreads - 1) / kConvThreads;
+  const int64_t blocks = (rows * wgroups + kConvThreads - 1) / kConvThreads * (CO / CT);
   if (D > INT_MAX || H > INT_MAX || W > INT_MAX || blocks > INT_MAX) return false;
   y = at::empty({N, CO, Do, Ho, Wo}, x.options());
   if (y.numel() == 0) return true;
-  conv3d_direct_kernel<CI, CO, K><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
+  conv_direct_kernel<CI, CO, KD, K, CT, P><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
       x.data_ptr<float>(), w.data_ptr<float>(), rows, static_cast<int>(D), static_cast<int>(H), static_cast<int>(W),
       static_cast<int>(Do), static_cast<int>(Ho), static_cast<int>(Wo), static_cast<int>(wgroups), y.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
+
+}  // namespace gn_conv
+"""
+
+
+def conv_direct_tries(shapes) -> str:
+    """The C++ expression that runs the first instantiation of `shapes` ((CI, CO, KD, K, CT, P) tuples) matching
+    x and w (true when one ran)."""
+    return " || ".join(f"try_conv_direct<{', '.join(map(str, s))}>(x, w, y, stream)" for s in shapes) or "false"
+
+
+CONV3D_DIRECT_CUDA = CONV_DIRECT_KERNEL + r"""
+namespace gn_conv {
 
 at::Tensor conv3d_direct_cuda(const at::Tensor& x_in, const at::Tensor& w_in) {
   check_conv3d_direct(x_in, w_in);
@@ -150,10 +174,9 @@ at::Tensor conv3d_direct_cuda(const at::Tensor& x_in, const at::Tensor& w_in) {
   const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
   at::Tensor y;
-  if (@CONV3D_DIRECT_TRIES@) return y;
+  if (@CONV_DIRECT_TRIES@) return y;
   return at::conv3d(x_in, w_in);
 }
 
 }  // namespace gn_conv
-""".replace("@CONV3D_DIRECT_TRIES@", " || ".join(
-    f"try_conv3d_direct<{ci}, {co}, {k}>(x, w, y, stream)" for ci, co, k in CONV3D_DIRECT_SHAPES))
+""".replace("@CONV_DIRECT_TRIES@", conv_direct_tries(CONV_DIRECT_SHAPES))

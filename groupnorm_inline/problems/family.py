@@ -53,6 +53,7 @@ import os
 
 import torch
 
+from ..csrc.conv3d_direct import CONV_DIRECT_SHAPES
 from .family_kernels import ops as _family_ops  # builds the family kernels (first time on a machine)
 
 PROLOGUES = {"identity": 0, "relu": 1, "gelu": 2, "hardswish": 3, "silu": 4, "add_scale_sigmoid": 5,
@@ -145,17 +146,31 @@ def _channels_last_weight(conv) -> torch.Tensor:
     return cached[1]
 
 
-def _direct_conv3d(conv, x: torch.Tensor) -> bool:
-    """Whether the family's direct Conv3d kernel (csrc/conv3d_direct.py) takes conv(x): CUDA float32, a forward
-    Conv3d of stride 1, no padding, no dilation, one group, a cubic kernel (the kernel itself runs cuDNN for a
-    (C_in, C_out, K) it is not built for). It computes the float32 sums that cuDNN's NCDHW algorithm computes for
-    these few-channel inputs, 1.9-4.7x faster at the shapes of #23/#27/#83 on an H200. Like the family operator it
-    has no autograd: the problem modules are inference code."""
-    # (A forward convolution of 3-D kernels, told by its attributes: an export may not name torch.nn layers.)
-    return (x.is_cuda and x.dtype == torch.float32 and x.dim() == 5 and not conv.transposed
-            and len(conv.kernel_size) == 3 and tuple(conv.stride) == (1, 1, 1) and conv.padding in ((0, 0, 0), "valid")
-            and tuple(conv.dilation) == (1, 1, 1) and conv.groups == 1 and conv.padding_mode == "zeros"
-            and len(set(conv.kernel_size)) == 1)
+def _direct_convolution(conv, x: torch.Tensor) -> bool:
+    """Whether the family's direct convolution kernel (csrc/conv3d_direct.py) takes conv(x): CUDA float32, a forward
+    Conv2d or Conv3d of stride 1, no padding, no dilation, one group, a (C_in, C_out, kernel) the CUDA kernel is
+    built for (CONV_DIRECT_SHAPES; the op itself runs PyTorch's 3-D convolution for others, which for a 2-D one
+    would not be cuDNN's 2-D algorithm, so those keep the module's own call). It computes the float32 sums that
+    cuDNN's NCHW algorithms compute for these few-channel inputs, faster at the shapes of #21, #23, #27 and #83
+    (README). Like the family operator it has no autograd: the problem modules are inference code."""
+    # (A forward convolution, told by its attributes: an export may not name torch.nn layers.)
+    dims = len(conv.kernel_size)
+    if dims not in (2, 3) or x.dim() != dims + 2 or conv.transposed:
+        return False
+    kd, kh, kw = ((1,) if dims == 2 else ()) + tuple(conv.kernel_size)
+    built = {shape[:4] for shape in CONV_DIRECT_SHAPES}  # (C_in, C_out, KD, K) of each (..., tile, outputs) entry
+    return ((conv.in_channels, conv.out_channels, kd, kh) in built and kh == kw
+            and x.is_cuda and x.dtype == torch.float32
+            and tuple(conv.stride) == (1,) * dims and conv.padding in ((0,) * dims, "valid")
+            and tuple(conv.dilation) == (1,) * dims and conv.groups == 1 and conv.padding_mode == "zeros")
+
+
+def _run_direct_convolution(conv, x: torch.Tensor) -> torch.Tensor:
+    """conv(x) without its bias through the direct kernel; a 2-D convolution as the depth-1 3-D one (views)."""
+    weight = conv.weight.detach()
+    if x.dim() == 4:
+        return _family_ops.conv3d_direct(x.unsqueeze(2), weight.unsqueeze(2)).squeeze(2)
+    return _family_ops.conv3d_direct(x, weight)  # the op makes x contiguous
 
 
 def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None, channels_last: bool = False):
@@ -163,8 +178,8 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
     family operator's `input_bias`), or None. defer None: on CUDA the convolution runs without its bias (PyTorch's
     cuDNN path adds the bias in an elementwise kernel of its own, a full read and write of y, and the operator adds
     it to each value it reads with the same rounding); on the CPU, where oneDNN adds the bias inside the
-    convolution, (conv(x), None). defer True/False forces the choice. A deferred float32 CUDA Conv3d of stride 1
-    without padding runs the family's direct kernel (`_direct_conv3d`).
+    convolution, (conv(x), None). defer True/False forces the choice. A deferred float32 CUDA Conv2d/Conv3d of stride
+    1 without padding runs the family's direct kernel (`_direct_convolution`).
 
     channels_last (CUDA, float32, 4-D/5-D, transposed convolutions): run the convolution on x and its weight in
     channels_last memory format and return y in that layout, for a family operator that reads it in place. cuDNN runs
@@ -186,8 +201,8 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
         weight = conv.weight
     if defer is None:
         defer = x.is_cuda
-    if defer and _direct_conv3d(conv, x):
-        return _family_ops.conv3d_direct(x, conv.weight.detach()), conv.bias  # the op makes x contiguous
+    if defer and _direct_convolution(conv, x):
+        return _run_direct_convolution(conv, x), conv.bias
     if not channels_last and (conv.bias is None or not defer or conv.padding_mode != "zeros"):
         return conv(x), None
     keep_bias = conv.bias is not None and not defer
