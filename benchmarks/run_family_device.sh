@@ -70,7 +70,7 @@ for step in "$@"; do
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
             tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
-            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel" \
+            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel or conv_group_norm" \
             2>&1 | tail -n 20 | tee "$OUT/sanitizer-family.txt"
         echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-family.txt" ;;
     bnstats)

@@ -40,8 +40,8 @@ CASES = {
     "2/21": ({"batch_size": 128, "in_channels": 8, "out_channels": 32, "height": 256, "width": 256, "kernel_size": 3,
               "num_groups": 8, "bias_shape": (32, 1, 1), "scale_shape": (32, 1, 1)},
              [8, 32, 3, 8, (32, 1, 1), (32, 1, 1)], (128, 8, 256, 256),
-             {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 11, "width": 11, "num_groups": 4,
-              "bias_shape": (16, 1, 1), "scale_shape": (16, 1, 1)},
+             {"batch_size": 2, "in_channels": 8, "out_channels": 32, "height": 11, "width": 11, "num_groups": 8,
+              "bias_shape": (32, 1, 1), "scale_shape": (32, 1, 1)},
              {"batch_size": 3, "in_channels": 2, "out_channels": 10, "height": 6, "width": 9, "num_groups": 5,
               "bias_shape": (10, 1, 1), "scale_shape": (10, 1, 1)}),
     "2/23": ({"batch_size": 128, "in_channels": 3, "out_channels": 24, "D": 24, "H": 32, "W": 32, "kernel_size": 3,
@@ -90,15 +90,15 @@ CASES = {
     "2/83": ({"batch_size": 128, "in_channels": 3, "out_channels": 16, "depth": 16, "height": 64, "width": 64,
               "kernel_size": 3, "groups": 8, "min_value": 0.0, "max_value": 1.0, "dropout_p": 0.2},
              [3, 16, 3, 8, 0.0, 1.0, 0.2], (128, 3, 16, 64, 64),
-             {"batch_size": 2, "in_channels": 3, "out_channels": 8, "depth": 4, "height": 6, "width": 7, "groups": 4},
+             {"batch_size": 2, "in_channels": 3, "out_channels": 16, "depth": 4, "height": 6, "width": 7, "groups": 8},
              {"batch_size": 3, "in_channels": 2, "out_channels": 6, "depth": 3, "height": 5, "width": 4, "groups": 3,
               "min_value": -0.5, "max_value": 0.25}),
     "2/85": ({"batch_size": 128, "in_channels": 8, "out_channels": 64, "height": 128, "width": 128, "kernel_size": 3,
               "num_groups": 16, "scale_shape": (64, 1, 1), "maxpool_kernel_size": 4, "clamp_min": 0.0,
               "clamp_max": 1.0},
              [8, 64, 3, 16, (64, 1, 1), 4, 0.0, 1.0], (128, 8, 128, 128),
-             {"batch_size": 2, "in_channels": 3, "out_channels": 16, "height": 13, "width": 15, "num_groups": 4,
-              "scale_shape": (16, 1, 1)},
+             {"batch_size": 2, "in_channels": 8, "out_channels": 64, "height": 13, "width": 15, "num_groups": 16,
+              "scale_shape": (64, 1, 1)},
              {"batch_size": 3, "in_channels": 2, "out_channels": 6, "height": 9, "width": 12, "num_groups": 3,
               "scale_shape": (6, 1, 1), "maxpool_kernel_size": 3, "clamp_min": -0.3, "clamp_max": 0.6}),
     "2/88": ({"batch_size": 1024, "in_features": 8192, "out_features": 8192, "num_groups": 256,
@@ -387,7 +387,7 @@ def test_operator_errors():
 
 # The problems whose ModelNew runs its convolution otherwise than the reference on CUDA in float32: the transposed
 # convolutions in channels_last, the Conv3d ones with the family's direct kernel (where built for the shape).
-OWN_CONV_KEYS = {"2/19", "2/60", "2/61", "2/23", "2/27", "2/83"}
+OWN_CONV_KEYS = {"2/19", "2/60", "2/61", "2/21", "2/23", "2/27", "2/83", "2/85"}
 
 
 @pytest.mark.cuda
@@ -765,7 +765,8 @@ def test_direct_convolution_rule():
     x4, x5 = FakeCuda(4), FakeCuda(5)
     assert family._direct_convolution(torch.nn.Conv2d(8, 32, 3), x4)
     assert family._direct_convolution(torch.nn.Conv3d(3, 16, 4), x5)
-    assert not family._direct_convolution(torch.nn.Conv2d(8, 64, 3), x4)  # not built: cuDNN's 2-D call
+    assert family._direct_convolution(torch.nn.Conv2d(8, 64, 3), x4)
+    assert not family._direct_convolution(torch.nn.Conv2d(8, 48, 3), x4)  # not built: cuDNN's 2-D call
     assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3, padding=1), x4)
     assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3, stride=2), x4)
     assert not family._direct_convolution(torch.nn.Conv2d(8, 32, (3, 1)), x4)
@@ -773,6 +774,62 @@ def test_direct_convolution_rule():
     assert not family._direct_convolution(torch.nn.Conv1d(8, 32, 3), FakeCuda(3))
     assert not family._direct_convolution(torch.nn.ConvTranspose2d(8, 32, 3), x4)
     assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3), torch.rand(1, 8, 5, 5))
+
+
+# (x shape, groups, prologue, epilogue): the chains conv_group_norm is built for at their convolution shapes (#21:
+# 8 -> 32, 3 x 3; #83: 3 -> 16, 3^3), group sizes that fit the 16-channel tile (4, 2 and 16 channels) and one that
+# does not (32: the two-op path), widths that are not a multiple of 4 and samples of several CTAs.
+CONV_GN_CASES = [((3, 8, 19, 23), 8, "add_scale_sigmoid", "identity"), ((2, 8, 5, 70), 2, "add_scale_sigmoid", "identity"),
+                 ((2, 8, 6, 9), 1, "add_scale_sigmoid", "identity"), ((2, 3, 5, 9, 13), 8, "identity", "min_clamp"),
+                 ((1, 3, 4, 20, 35), 1, "identity", "min_clamp")]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("case", CONV_GN_CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-G{c[1]}-{c[2]}")
+def test_conv_group_norm_against_float64(case, device, poisoned_outputs):
+    """convolution_group_norm_chain (on CUDA the one op whose convolution gathers the statistics) against the chain
+    computed in float64 on the float64 convolution (bias included), |mean| >> spread for the identity prologue (the
+    statistics' shift at work): 2e-5; and against the two-op path (conv3d_direct, then the operator reading the
+    stored output) to float32 rounding. The input is unchanged."""
+    shape, groups, prologue, epilogue = case
+    gen = torch.Generator().manual_seed(8)
+    ci, co = shape[1], 32 if len(shape) == 4 else 16
+    conv = (torch.nn.Conv2d if len(shape) == 4 else torch.nn.Conv3d)(ci, co, 3)
+    gn = torch.nn.GroupNorm(groups, co)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(co, generator=gen))
+        gn.bias.copy_(torch.randn(co, generator=gen))
+        conv.bias.add_(50.0 if prologue == "identity" else 0.0)
+    x = torch.rand(shape, generator=gen) * 2 - 0.5
+    vectors = (torch.randn(co, 1, 1, generator=gen), torch.randn(co, 1, 1, generator=gen)) \
+        if prologue == "add_scale_sigmoid" else ()
+    scalars = (0.5, -0.3, 0.4) if epilogue == "min_clamp" else ()
+    conv, gn, x = conv.to(device), gn.to(device), x.to(device)
+    vectors = tuple(v.to(device) for v in vectors)
+    before = x.clone()
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            got = family.convolution_group_norm_chain(conv, x, gn, prologue=prologue, prologue_vectors=vectors,
+                                                      epilogue=epilogue, epilogue_scalars=scalars)
+            y, conv_bias = family.convolution_deferring_bias(conv, x)
+            two_ops = family.group_norm_chain(y, gn, prologue=prologue, prologue_vectors=vectors, epilogue=epilogue,
+                                              epilogue_scalars=scalars, input_bias=conv_bias)
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    assert torch.equal(x, before)
+    conv64 = copy.deepcopy(conv).double().cpu()
+    with torch.no_grad():
+        v = conv64(x.double().cpu())
+    if prologue == "add_scale_sigmoid":
+        v = torch.sigmoid((v + vectors[0].double().cpu()) * vectors[1].double().cpu())
+    z = torch.nn.functional.group_norm(v, groups, gn.weight.double().cpu(), gn.bias.double().cpu(), gn.eps)
+    if epilogue == "min_clamp":
+        z = torch.clamp(torch.minimum(z, torch.tensor(0.5, dtype=z.dtype)), -0.3, 0.4)
+    assert got.shape == z.shape and got.dtype == torch.float32
+    assert_close_report(got.double().cpu(), z, atol=2e-5, rtol=2e-5, what=f"conv_group_norm {case} on {device}")
+    assert_close_report(got, two_ops, atol=2e-6, rtol=2e-6, what=f"conv_group_norm {case} against two ops")
 
 
 @pytest.mark.cuda

@@ -22,9 +22,13 @@ neighbouring CTAs (they read the same input rows while it is in L2). Instantiate
 CONV_DIRECT_SHAPES with the (CT, P) given there; any other shape (and the CPU) runs at::conv3d.
 """
 
-# (CI, CO, KD, K, CT, P) the CUDA kernel is built for: the family's Conv3d problems and #21's Conv2d (KD = 1). CT x P
-# = 64 accumulators where CO allows, 128 for #21 (CT 32: the input rows read once, 12 FMAs per shared load).
-CONV_DIRECT_SHAPES = ((3, 16, 4, 4, 16, 4), (3, 16, 3, 3, 16, 4), (3, 24, 3, 3, 24, 4), (8, 32, 1, 3, 32, 4))
+# (CI, CO, KD, K, CT, P) the CUDA kernel is built for: the family's Conv3d problems and the Conv2d of #21 and #85
+# (KD = 1). The tiles are the fastest of benchmarks/conv_direct_variants.py on an H100 (2026-11-26): 64
+# accumulators per thread (CT x P = 16 x 4) beat 128 (32 x 4: 187 registers, two CTAs per SM), whose input rows
+# are read once instead of once per tile (#21: 1.155 against 1.316 ms; cuDNN 1.721); #23 takes 24 x 2 (0.360
+# against 0.435 ms for 24 x 4; cuDNN 0.618).
+CONV_DIRECT_SHAPES = ((3, 16, 4, 4, 16, 4), (3, 16, 3, 3, 16, 4), (3, 24, 3, 3, 24, 2), (8, 32, 1, 3, 16, 4),
+                      (8, 64, 1, 3, 16, 4))
 
 CONV3D_DIRECT_SCHEMA = "conv3d_direct(Tensor x, Tensor weight) -> Tensor"
 
@@ -68,45 +72,35 @@ namespace gn_conv {
 
 constexpr int kConvThreads = 128;
 
-// y[n, co, d, h, w0 + p] for p < P and the CTA's tile of CT output channels; weights staged as
-// ws[((ci * KD + kd) * K + kh) * CT + co] = the K taps along W, padded to 4. Block b: tile b % (CO / CT), threads
-// over (output row, group of P along W) from (b / (CO / CT)) * kConvThreads.
-template <int CI, int CO, int KD, int K, int CT, int P>
-__global__ void __launch_bounds__(kConvThreads) conv_direct_kernel(const float* __restrict__ x,
-                                                                   const float* __restrict__ w, int64_t rows,
-                                                                   int D, int H, int W, int Do, int Ho, int Wo,
-                                                                   int wgroups, float* __restrict__ y) {
+// The CTA's tile of weights into shared memory: ws[((ci * KD + kd) * K + kh) * CT + co] = the K taps along W of
+// output channel tile * CT + co, padded to 4. Ends with a barrier.
+template <int CI, int KD, int K, int CT>
+__device__ __forceinline__ void stage_weights(const float* __restrict__ w, int tile, float4* ws) {
   static_assert(K <= 4, "weight rows are staged as 4 taps");
-  static_assert(CO % CT == 0, "the output channels split into whole tiles");
-  constexpr int R = P + K - 1, TAPS = CI * KD * K * K, TILES = CO / CT, WROWS = CI * KD * K;
-  __shared__ float4 ws[WROWS * CT];
-  const int tile = static_cast<int>(blockIdx.x % TILES);
+  constexpr int TAPS = CI * KD * K * K, WROWS = CI * KD * K;
   for (int i = threadIdx.x; i < WROWS * CT; i += kConvThreads) {
     const int co = i % CT, row = i / CT;  // row = (ci * KD + kd) * K + kh
     const float* src = w + static_cast<int64_t>(tile * CT + co) * TAPS + row * K;
     ws[i] = make_float4(src[0], K > 1 ? src[1] : 0.0f, K > 2 ? src[2] : 0.0f, K > 3 ? src[3] : 0.0f);
   }
   __syncthreads();
-  const int64_t t = static_cast<int64_t>(blockIdx.x / TILES) * kConvThreads + threadIdx.x;
-  if (t >= rows * wgroups) return;  // no barrier below
-  const int wg = static_cast<int>(t % wgroups);
-  const int64_t row = t / wgroups;  // (n, d, h) of the output
-  const int h = static_cast<int>(row % Ho);
-  const int64_t nd = row / Ho;
-  const int d = static_cast<int>(nd % Do);
-  const int64_t n = nd / Do;
-  const int w0 = wg * P;
-  float acc[CT][P];
+}
+
+// acc[co][p] = y[n, tile * CT + co, d, h, w0 + p]: `origin` = x + ((n * CI) * D + d) * H * W + h * W + w0. The sums
+// run over (ci, kd, kh, kw) in that order, one fmaf each (conv_first_output repeats the order for one output).
+template <int CI, int KD, int K, int CT, int P>
+__device__ __forceinline__ void conv_accumulate(const float* __restrict__ origin, int64_t plane, int64_t volume,
+                                                int W, int w0, const float4* ws, float (&acc)[CT][P]) {
+  constexpr int R = P + K - 1;
 #pragma unroll
   for (int co = 0; co < CT; ++co)
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[co][p] = 0.0f;
-  const int64_t plane = static_cast<int64_t>(H) * W;
 #pragma unroll 1
   for (int ci = 0; ci < CI; ++ci) {
 #pragma unroll 1
     for (int kd = 0; kd < KD; ++kd) {
-      const float* base = x + ((n * CI + ci) * D + d + kd) * plane + static_cast<int64_t>(h) * W + w0;
+      const float* base = origin + ci * volume + kd * plane;
       const float4* wrow = ws + (ci * KD + kd) * K * CT;
 #pragma unroll
       for (int kh = 0; kh < K; ++kh) {
@@ -125,6 +119,33 @@ __global__ void __launch_bounds__(kConvThreads) conv_direct_kernel(const float* 
       }
     }
   }
+}
+
+// Block b: tile b % (CO / CT), threads over (output row (n, d, h), group of P along W) from (b / (CO / CT)) *
+// kConvThreads; stores y (N, CO, Do, Ho, Wo).
+template <int CI, int CO, int KD, int K, int CT, int P>
+__global__ void __launch_bounds__(kConvThreads) conv_direct_kernel(const float* __restrict__ x,
+                                                                   const float* __restrict__ w, int64_t rows,
+                                                                   int D, int H, int W, int Do, int Ho, int Wo,
+                                                                   int wgroups, float* __restrict__ y) {
+  static_assert(CO % CT == 0, "the output channels split into whole tiles");
+  constexpr int TILES = CO / CT;
+  __shared__ float4 ws[CI * KD * K * CT];
+  const int tile = static_cast<int>(blockIdx.x % TILES);
+  stage_weights<CI, KD, K, CT>(w, tile, ws);
+  const int64_t t = static_cast<int64_t>(blockIdx.x / TILES) * kConvThreads + threadIdx.x;
+  if (t >= rows * wgroups) return;  // no barrier below
+  const int wg = static_cast<int>(t % wgroups);
+  const int64_t row = t / wgroups;  // (n, d, h) of the output
+  const int h = static_cast<int>(row % Ho);
+  const int64_t nd = row / Ho;
+  const int d = static_cast<int>(nd % Do);
+  const int64_t n = nd / Do;
+  const int w0 = wg * P;
+  const int64_t plane = static_cast<int64_t>(H) * W;
+  float acc[CT][P];
+  conv_accumulate<CI, KD, K, CT, P>(x + (n * CI * D + d) * plane + static_cast<int64_t>(h) * W + w0, plane,
+                                    D * plane, W, w0, ws, acc);
   const int64_t cstride = static_cast<int64_t>(Do) * Ho * Wo;
   float* out = y + ((n * CO + tile * CT) * Do + d) * static_cast<int64_t>(Ho) * Wo + static_cast<int64_t>(h) * Wo + w0;
 #pragma unroll

@@ -31,6 +31,7 @@ it over the CTA: only (N, 1) is written.
 
 from .common_cuda import COMMON_CUDA_HEADER
 from .conv3d_direct import CONV3D_DIRECT_CUDA
+from .conv_group_norm import CONV_GROUP_NORM_CUDA
 from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
 
 FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
@@ -733,6 +734,34 @@ void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Per-group (mean, rstd) from statistics partials laid out per group (per_group of them from group * per_group).
+template <typename T, class Pro>
+void launch_group_stats(const T* x, const Problem& p, int64_t per_group, const double2* partial, float2* stats,
+                        cudaStream_t stream) {
+  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+      x, p, per_group, partial, stats);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The store output of the slice path from per-group (mean, rstd): part_store_kernel over row parts.
+template <typename T, class Pro, class Epi>
+void launch_part_store(const T* x, const Problem& p, const float2* stats, T* out, cudaStream_t stream) {
+  const RowParts rp = plan_parts(p.N * p.C, p.S, gn_inline::vec16<T>());
+  const bool vec_ok = reinterpret_cast<uintptr_t>(x) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
+  part_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&part_store_kernel<T, Pro, Epi>),
+                                                rp.items), kThreads, 0, stream>>>(x, p, rp, vec_ok, stats, out);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The store output of x (N, C, *) contiguous from statistics partials gathered elsewhere (conv_group_norm: by the
+// convolution that produced x), per_group of them per group.
+template <typename T, class Pro, class Epi>
+void launch_store_from_partials(const at::Tensor& x_t, const Problem& p, int64_t per_group, const double2* partial,
+                                float2* stats, at::Tensor& out_t, cudaStream_t stream) {
+  launch_group_stats<T, Pro>(x_t.data_ptr<T>(), p, per_group, partial, stats, stream);
+  launch_part_store<T, Pro, Epi>(x_t.data_ptr<T>(), p, stats, out_t.data_ptr<T>(), stream);
+}
+
 // input_pool > 1 (#11: GroupNorm of a max-pooled prologue): statistics and output over group parts.
 template <typename T, class Pro, class Epi>
 void launch_pooled(const T* x, const Problem& p, T* out, const at::Tensor& x_t, cudaStream_t stream) {
@@ -751,9 +780,7 @@ void launch_pooled(const T* x, const Problem& p, T* out, const at::Tensor& x_t, 
         reinterpret_cast<const void*>(&pooled_stats_kernel<T, Pro, int64_t>), gp.items), kThreads, 0, stream>>>(
         x, p, gp, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, gp.parts, partial_p, stats_p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_group_stats<T, Pro>(x, p, gp.parts, partial_p, stats_p, stream);
   if (narrow)
     pooled_store_kernel<T, Pro, Epi, int><<<filling_grid(
         reinterpret_cast<const void*>(&pooled_store_kernel<T, Pro, Epi, int>), gp.items), kThreads, 0, stream>>>(
@@ -782,9 +809,7 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
   part_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&part_stats_kernel<T, Pro>), rp.items),
                               kThreads, 0, stream>>>(x, p, rp, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, p.cpg * rp.parts, partial_p, stats_p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_group_stats<T, Pro>(x, p, p.cpg * rp.parts, partial_p, stats_p, stream);
   switch (p.output) {
     case kMaxPool: {
       const int64_t out_chunks = (p.OH * p.OW + kChunk - 1) / kChunk;
@@ -809,12 +834,8 @@ void launch_slices(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, c
       }
       break;
     }
-    default: {
-      const bool vec_ok = reinterpret_cast<uintptr_t>(x) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
-      part_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&part_store_kernel<T, Pro, Epi>),
-                                                    rp.items), kThreads, 0, stream>>>(x, p, rp, vec_ok, stats_p, out);
-      break;
-    }
+    default:
+      return launch_part_store<T, Pro, Epi>(x, p, stats_p, out, stream);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -835,9 +856,7 @@ void launch_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& o
   cl_stats_kernel<T, Pro><<<filling_grid(reinterpret_cast<const void*>(&cl_stats_kernel<T, Pro>), q.items), kThreads,
                             0, stream>>>(x, p, q, partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, q.chunks, partial_p, stats_p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_group_stats<T, Pro>(x, p, q.chunks, partial_p, stats_p, stream);
   cl_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&cl_store_kernel<T, Pro, Epi>), q.items),
                                  kThreads, 0, stream>>>(x, p, q, stats_p, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -940,9 +959,11 @@ at::Tensor to_channels_last_cuda(const at::Tensor& x) {
 
 }  // namespace gn_family
 @CONV3D_DIRECT_CUDA@
+@CONV_GROUP_NORM_CUDA@
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("conv3d_direct", &gn_conv::conv3d_direct_cuda);
+  m.impl("conv_group_norm", &gn_conv::conv_group_norm_cuda);
   m.impl("to_channels_last", &gn_family::to_channels_last_cuda);
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
 }
-""".replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA)
+""".replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA).replace("@CONV_GROUP_NORM_CUDA@", CONV_GROUP_NORM_CUDA)
