@@ -790,7 +790,8 @@ def test_conv_group_norm_against_float64(case, device, poisoned_outputs):
     """convolution_group_norm_chain (on CUDA the one op whose convolution gathers the statistics) against the chain
     computed in float64 on the float64 convolution (bias included), |mean| >> spread for the identity prologue (the
     statistics' shift at work): 2e-5; and against the two-op path (conv3d_direct, then the operator reading the
-    stored output) to float32 rounding. The input is unchanged."""
+    stored output) to float32 rounding; the op itself on the CPU too (where the helper runs the two ops). The input
+    is unchanged."""
     shape, groups, prologue, epilogue = case
     gen = torch.Generator().manual_seed(8)
     ci, co = shape[1], 32 if len(shape) == 4 else 16
@@ -816,6 +817,7 @@ def test_conv_group_norm_against_float64(case, device, poisoned_outputs):
             y, conv_bias = family.convolution_deferring_bias(conv, x)
             two_ops = family.group_norm_chain(y, gn, prologue=prologue, prologue_vectors=vectors, epilogue=epilogue,
                                               epilogue_scalars=scalars, input_bias=conv_bias)
+            op = family._conv_group_norm(conv, x, gn, prologue, vectors, (), epilogue, (), scalars)
     finally:
         torch.backends.cudnn.allow_tf32 = saved
     assert torch.equal(x, before)
@@ -830,6 +832,7 @@ def test_conv_group_norm_against_float64(case, device, poisoned_outputs):
     assert got.shape == z.shape and got.dtype == torch.float32
     assert_close_report(got.double().cpu(), z, atol=2e-5, rtol=2e-5, what=f"conv_group_norm {case} on {device}")
     assert_close_report(got, two_ops, atol=2e-6, rtol=2e-6, what=f"conv_group_norm {case} against two ops")
+    assert_close_report(op.double().cpu(), z, atol=2e-5, rtol=2e-5, what=f"conv_group_norm op {case} on {device}")
 
 
 @pytest.mark.cuda

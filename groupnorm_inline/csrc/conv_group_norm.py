@@ -79,12 +79,19 @@ __global__ void __launch_bounds__(kConvThreads) conv_stats_kernel(const float* _
     const int co = threadIdx.x * cpg;
     const float* origin = x + n * CI * volume;
     float first = 0.0f;
+    // Unrolled: the CI * KD * K * K loads go out together (one after another, each CTA would first wait for
+    // that many L2 round trips).
+#pragma unroll
     for (int ci = 0; ci < CI; ++ci)
+#pragma unroll
       for (int kd = 0; kd < KD; ++kd)
+#pragma unroll
         for (int kh = 0; kh < K; ++kh) {
           const float4 q = ws[((ci * KD + kd) * K + kh) * CT + co];
           const float tap[4] = {q.x, q.y, q.z, q.w};
-          for (int kw = 0; kw < K; ++kw) first = fmaf(__ldg(origin + ci * volume + kd * plane + kh * W + kw), tap[kw], first);
+#pragma unroll
+          for (int kw = 0; kw < K; ++kw)
+            first = fmaf(__ldg(origin + ci * volume + kd * plane + kh * W + kw), tap[kw], first);
         }
     const float k = pro(first, tile * CT + co);
     for (int j = 0; j < cpg; ++j) shift[co + j] = k;

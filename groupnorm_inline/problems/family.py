@@ -107,11 +107,12 @@ def channel_vector(param: torch.Tensor, channels: int) -> torch.Tensor:
     raise RuntimeError(f"expected a per-channel parameter of {channels} elements, got shape {tuple(param.shape)}")
 
 
-def _chain_arguments(x: torch.Tensor, gn, prologue_vectors, prologue_scalars, epilogue_vectors, epilogue_scalars):
-    """(weight, bias, vectors, scalars) of the family operator for `gn` (an nn.GroupNorm) on x (N, C, *)."""
-    channels = x.shape[1] if x.dim() >= 2 else 0
-    weight = gn.weight.detach() if gn.weight is not None else x.new_ones(channels)
-    bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
+def _chain_arguments(channels: int, like: torch.Tensor, gn, prologue_vectors, prologue_scalars, epilogue_vectors,
+                     epilogue_scalars):
+    """(weight, bias, vectors, scalars) of the family operator for `gn` (an nn.GroupNorm) on an input of `channels`
+    channels (ones and zeros like `like` where gn has no affine parameters)."""
+    weight = gn.weight.detach() if gn.weight is not None else like.new_ones(channels)
+    bias = gn.bias.detach() if gn.bias is not None else like.new_zeros(channels)
     vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
     scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
     return weight, bias, vectors, scalars
@@ -125,8 +126,8 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
     None or the (C,) bias of the convolution before, as `convolution_deferring_bias` returns it. A channels_last x
     (a channels_last convolution's output) is read in place on CUDA where the kernels take it (the store output of
     the chains built for it, csrc/fused_group_norm_cpu.py), and the stored output keeps that layout."""
-    weight, bias, vectors, scalars = _chain_arguments(x, gn, prologue_vectors, prologue_scalars, epilogue_vectors,
-                                                      epilogue_scalars)
+    weight, bias, vectors, scalars = _chain_arguments(x.shape[1] if x.dim() >= 2 else 0, x, gn, prologue_vectors,
+                                                      prologue_scalars, epilogue_vectors, epilogue_scalars)
     x = x.detach()
     if not (x.is_contiguous() or x.is_contiguous(memory_format=_channels_last_format(x))):
         x = x.contiguous()
@@ -148,8 +149,16 @@ def convolution_group_norm_chain(conv, x: torch.Tensor, gn, prologue: str = "ide
         y, conv_bias = convolution_deferring_bias(conv, x)
         return group_norm_chain(y, gn, prologue, prologue_vectors, prologue_scalars, epilogue, epilogue_vectors,
                                 epilogue_scalars, input_bias=conv_bias)
-    weight, bias, vectors, scalars = _chain_arguments(x, gn, prologue_vectors, prologue_scalars, epilogue_vectors,
-                                                      epilogue_scalars)
+    return _conv_group_norm(conv, x, gn, prologue, prologue_vectors, prologue_scalars, epilogue, epilogue_vectors,
+                            epilogue_scalars)
+
+
+def _conv_group_norm(conv, x: torch.Tensor, gn, prologue, prologue_vectors, prologue_scalars, epilogue,
+                     epilogue_vectors, epilogue_scalars) -> torch.Tensor:
+    """The conv_group_norm op for conv (a Conv2d/Conv3d of stride 1 without padding) and float32 x, on any device
+    (the CPU op runs the convolution, then the operator)."""
+    weight, bias, vectors, scalars = _chain_arguments(conv.out_channels, x, gn, prologue_vectors, prologue_scalars,
+                                                      epilogue_vectors, epilogue_scalars)
     conv_weight = conv.weight.detach()
     conv_bias = None if conv.bias is None else conv.bias.detach()
     x = x.detach()
