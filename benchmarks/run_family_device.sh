@@ -18,6 +18,7 @@
 #   compile    the same, timing only, with torch.compile, over $COMPILE_PROBLEMS
 #   convvariants  benchmarks/conv_direct_variants.py: every tile of the direct convolution against cuDNN at the
 #              family's real convolution shapes (correctness against float64, timings)
+#   convgn     benchmarks/conv_group_norm_check.py: the convolution gathering the statistics against the two ops
 #   export     benchmarks/export_check.py over $EXPORT_PROBLEMS (default 2/92): the exported single file
 #              against the package's ModelNew in one process (bitwise equal outputs, side-by-side timings)
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
@@ -99,6 +100,8 @@ EOF
             2>&1 | tail -n 40 ;;
     convvariants)
         timeout 300 "$PYTHON" benchmarks/conv_direct_variants.py 2>&1 | tail -n 60 ;;
+    convgn)
+        timeout 200 "$PYTHON" benchmarks/conv_group_norm_check.py 2>&1 | tail -n 20 ;;
     export)
         timeout 400 "$PYTHON" benchmarks/export_check.py --problems "${EXPORT_PROBLEMS:-2/92}" 2>&1 | tail -n 20 ;;
     compile)

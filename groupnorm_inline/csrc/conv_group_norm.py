@@ -52,6 +52,29 @@ at::Tensor conv_group_norm_cpu(const at::Tensor& x, const at::Tensor& conv_weigh
 CONV_GROUP_NORM_CUDA = r"""
 namespace gn_conv {
 
+// shifts[n * G + g] = the prologue's value at the group's first element (n, g * cpg, 0, 0, 0), the convolution
+// summed in conv_accumulate's order (so it equals that element of y; any value near the group's values would do).
+// One thread per (n, g), before the convolution: computing it in every CTA held each CTA for that many dependent
+// L2 round trips.
+template <int CI, int KD, int K, class Pro>
+__global__ void __launch_bounds__(kConvThreads) conv_shift_kernel(const float* __restrict__ x,
+                                                                  const float* __restrict__ w, int64_t volume,
+                                                                  int64_t plane, int W, const gn_family::Problem p,
+                                                                  float* __restrict__ shifts) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
+  if (i >= p.N * p.G) return;
+  const int64_t n = i / p.G, c = (i - n * p.G) * p.cpg;
+  const float* origin = x + n * CI * volume;
+  const float* wc = w + c * (CI * KD * K * K);
+  float first = 0.0f;
+  for (int ci = 0; ci < CI; ++ci)
+    for (int kd = 0; kd < KD; ++kd)
+      for (int kh = 0; kh < K; ++kh)
+        for (int kw = 0; kw < K; ++kw)
+          first = fmaf(origin[ci * volume + kd * plane + kh * W + kw], wc[((ci * KD + kd) * K + kh) * K + kw], first);
+  shifts[i] = Pro(p.args, 0, 0)(first, c);
+}
+
 // y as conv_direct_kernel, and the statistics partials of the GroupNorm chain's prologue values (module docstring).
 // Block b: tile b % TILES, then sample n and block `sb` of that sample's outputs (`blocks` per sample, the
 // threads of a sample over (d, h, group of P along W)).
@@ -60,12 +83,13 @@ __global__ void __launch_bounds__(kConvThreads) conv_stats_kernel(const float* _
                                                                   const float* __restrict__ w, int blocks,
                                                                   int D, int H, int W, int Do, int Ho, int Wo,
                                                                   int wgroups, const gn_family::Problem p,
+                                                                  const float* __restrict__ shifts,
                                                                   float* __restrict__ y,
                                                                   double2* __restrict__ partial) {
   static_assert(CO % CT == 0, "the output channels split into whole tiles");
   constexpr int TILES = CO / CT, WARPS = kConvThreads / 32;
   __shared__ float4 ws[CI * KD * K * CT];
-  __shared__ float shift[CT];                // K_g of each channel's group
+  __shared__ float shift[CT];                // K of each channel's group
   __shared__ double sums[WARPS][CT][2];      // per warp and channel: sum of (v - K), sum of (v - K)^2
   const int tile = static_cast<int>(blockIdx.x % TILES);
   const int64_t rest = blockIdx.x / TILES;
@@ -74,29 +98,8 @@ __global__ void __launch_bounds__(kConvThreads) conv_stats_kernel(const float* _
   const int cpg = static_cast<int>(p.cpg), groups = CT / cpg;
   const Pro pro(p.args, 0, 0);
   const int64_t plane = static_cast<int64_t>(H) * W, volume = D * plane;
-  stage_weights<CI, KD, K, CT>(w, tile, ws);
-  if (threadIdx.x < groups) {  // the group's first value, summed in conv_accumulate's order
-    const int co = threadIdx.x * cpg;
-    const float* origin = x + n * CI * volume;
-    float first = 0.0f;
-    // Unrolled: the CI * KD * K * K loads go out together (one after another, each CTA would first wait for
-    // that many L2 round trips).
-#pragma unroll
-    for (int ci = 0; ci < CI; ++ci)
-#pragma unroll
-      for (int kd = 0; kd < KD; ++kd)
-#pragma unroll
-        for (int kh = 0; kh < K; ++kh) {
-          const float4 q = ws[((ci * KD + kd) * K + kh) * CT + co];
-          const float tap[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-          for (int kw = 0; kw < K; ++kw)
-            first = fmaf(__ldg(origin + ci * volume + kd * plane + kh * W + kw), tap[kw], first);
-        }
-    const float k = pro(first, tile * CT + co);
-    for (int j = 0; j < cpg; ++j) shift[co + j] = k;
-  }
-  __syncthreads();
+  if (threadIdx.x < CT) shift[threadIdx.x] = shifts[n * p.G + (tile * CT + threadIdx.x) / cpg];
+  stage_weights<CI, KD, K, CT>(w, tile, ws);  // its barrier publishes `shift` too
   const int t = sb * kConvThreads + static_cast<int>(threadIdx.x);
   const bool valid = t < Do * Ho * wgroups;  // the host checks that a sample's threads fit an int
   const int wg = valid ? t % wgroups : 0, row = valid ? t / wgroups : 0;
@@ -112,10 +115,10 @@ __global__ void __launch_bounds__(kConvThreads) conv_stats_kernel(const float* _
     float s1 = 0.0f, s2 = 0.0f;
     const int64_t c = tile * CT + co;
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (valid && w0 + p < Wo) {
-        out[co * cstride + p] = acc[co][p];
-        const float dv = pro(acc[co][p], c) - shift[co];
+    for (int q = 0; q < P; ++q) {
+      if (valid && w0 + q < Wo) {
+        out[co * cstride + q] = acc[co][q];
+        const float dv = pro(acc[co][q], c) - shift[co];
         s1 += dv;
         s2 = fmaf(dv, dv, s2);
       }
@@ -156,17 +159,24 @@ bool try_conv_group_norm(const at::Tensor& x, const at::Tensor& w, int64_t prolo
   const int64_t per_sample = Do * Ho * wgroups;
   const int64_t blocks = (per_sample + kConvThreads - 1) / kConvThreads;
   const int64_t grid = p.N * blocks * (CO / CT);
-  if (per_sample + kConvThreads > INT_MAX || D * H * W > INT_MAX || grid > INT_MAX) return false;
+  if (D > INT_MAX || H > INT_MAX || W > INT_MAX || per_sample + kConvThreads > INT_MAX || grid > INT_MAX || (p.N * p.G + kConvThreads - 1) / kConvThreads > INT_MAX)
+    return false;
   at::Tensor partial = at::empty({p.N * p.G * blocks, 2}, x.options().dtype(at::kDouble));
   at::Tensor stats = at::empty({p.N * p.G, 2}, x.options());
+  at::Tensor shifts = at::empty({p.N * p.G}, x.options());
   auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
   auto* stats_p = reinterpret_cast<float2*>(stats.data_ptr<float>());
+  conv_shift_kernel<CI, KD, K, Pro><<<static_cast<unsigned>((p.N * p.G + kConvThreads - 1) / kConvThreads),
+                                      kConvThreads, 0, stream>>>(x.data_ptr<float>(), w.data_ptr<float>(), D * H * W,
+                                                                 H * W, static_cast<int>(W), p, shifts.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   conv_stats_kernel<CI, CO, KD, K, CT, P, Pro><<<static_cast<unsigned>(grid), kConvThreads, 0, stream>>>(
       x.data_ptr<float>(), w.data_ptr<float>(), static_cast<int>(blocks), static_cast<int>(D), static_cast<int>(H),
       static_cast<int>(W), static_cast<int>(Do), static_cast<int>(Ho), static_cast<int>(Wo),
-      static_cast<int>(wgroups), p, y.data_ptr<float>(), partial_p);
+      static_cast<int>(wgroups), p, shifts.data_ptr<float>(), y.data_ptr<float>(), partial_p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_family::launch_store_from_partials<float, Pro, Epi>(y, p, blocks, partial_p, stats_p, out, stream);
+  gn_family::launch_store_from_partials<float, Pro, Epi>(y, p, blocks, partial_p, shifts.data_ptr<float>(), stats_p,
+                                                         out, stream);
   return true;
 }
 

@@ -46,12 +46,14 @@ constexpr int64_t kChunk = kThreads * kItems;   // per CTA of the slice path
 constexpr int kWarps = kThreads / 32;
 
 // One warp per (n, g): float2 (mean, rstd) from the group's `per_group` partials (items of a group are contiguous:
-// group * per_group onwards), added in float64 in a fixed order.
+// group * per_group onwards), added in float64 in a fixed order. The partials are sums of v - K and (v - K)^2 with
+// K = shifts[group], or where shifts is null the prologue's value at the group's first element.
 template <typename T, class Pro>
 __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restrict__ x, const Problem p,
                                                                int64_t per_group,
                                                                const double2* __restrict__ partial,
-                                                               float2* __restrict__ stats) {
+                                                               float2* __restrict__ stats,
+                                                               const float* __restrict__ shifts) {
   const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (group >= p.N * p.G) return;  // whole warps leave together
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
   if (lane == 0) {
     const Pro pro(p.args, 0, 0);
     const T* first = p.channels_last ? x + n * p.S_in * p.C + c_first : x + (n * p.C + c_first) * p.S_in;
-    const float shift = load_value<T, Pro>(first, 0, c_first, pro, p);
+    const float shift = shifts != nullptr ? shifts[group] : load_value<T, Pro>(first, 0, c_first, pro, p);
     const double cnt = static_cast<double>(p.cpg * p.S);
     const double m = a / cnt;
     const double var = fmax(b / cnt - m * m, 0.0);
@@ -737,9 +739,9 @@ void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
 // Per-group (mean, rstd) from statistics partials laid out per group (per_group of them from group * per_group).
 template <typename T, class Pro>
 void launch_group_stats(const T* x, const Problem& p, int64_t per_group, const double2* partial, float2* stats,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const float* shifts = nullptr) {
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, per_group, partial, stats);
+      x, p, per_group, partial, stats, shifts);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -754,11 +756,11 @@ void launch_part_store(const T* x, const Problem& p, const float2* stats, T* out
 }
 
 // The store output of x (N, C, *) contiguous from statistics partials gathered elsewhere (conv_group_norm: by the
-// convolution that produced x), per_group of them per group.
+// convolution that produced x), per_group of them per group, shifted by shifts[group].
 template <typename T, class Pro, class Epi>
 void launch_store_from_partials(const at::Tensor& x_t, const Problem& p, int64_t per_group, const double2* partial,
-                                float2* stats, at::Tensor& out_t, cudaStream_t stream) {
-  launch_group_stats<T, Pro>(x_t.data_ptr<T>(), p, per_group, partial, stats, stream);
+                                const float* shifts, float2* stats, at::Tensor& out_t, cudaStream_t stream) {
+  launch_group_stats<T, Pro>(x_t.data_ptr<T>(), p, per_group, partial, stats, stream, shifts);
   launch_part_store<T, Pro, Epi>(x_t.data_ptr<T>(), p, stats, out_t.data_ptr<T>(), stream);
 }
 
