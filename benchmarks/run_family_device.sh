@@ -18,7 +18,6 @@
 #   compile    the same, timing only, with torch.compile, over $COMPILE_PROBLEMS
 #   convvariants  benchmarks/conv_direct_variants.py: every tile of the direct convolution against cuDNN at the
 #              family's real convolution shapes (correctness against float64, timings)
-#   convgn     benchmarks/conv_group_norm_check.py: the convolution gathering the statistics against the two ops
 #   export     benchmarks/export_check.py over $EXPORT_PROBLEMS (default 2/92): the exported single file
 #              against the package's ModelNew in one process (bitwise equal outputs, side-by-side timings)
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
@@ -71,7 +70,7 @@ for step in "$@"; do
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
             tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
-            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel or conv_group_norm" \
+            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel" \
             2>&1 | tail -n 20 | tee "$OUT/sanitizer-family.txt"
         echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-family.txt" ;;
     bnstats)
@@ -100,8 +99,6 @@ EOF
             2>&1 | tail -n 40 ;;
     convvariants)
         timeout 300 "$PYTHON" benchmarks/conv_direct_variants.py 2>&1 | tail -n 60 ;;
-    convgn)
-        timeout 200 "$PYTHON" benchmarks/conv_group_norm_check.py 2>&1 | tail -n 20 ;;
     export)
         timeout 400 "$PYTHON" benchmarks/export_check.py --problems "${EXPORT_PROBLEMS:-2/92}" 2>&1 | tail -n 20 ;;
     compile)

@@ -776,65 +776,6 @@ def test_direct_convolution_rule():
     assert not family._direct_convolution(torch.nn.Conv2d(8, 32, 3), torch.rand(1, 8, 5, 5))
 
 
-# (x shape, groups, prologue, epilogue): the chains conv_group_norm is built for at their convolution shapes (#21:
-# 8 -> 32, 3 x 3; #83: 3 -> 16, 3^3), group sizes that fit the 16-channel tile (4, 2 and 16 channels) and one that
-# does not (32: the two-op path), widths that are not a multiple of 4 and samples of several CTAs.
-CONV_GN_CASES = [((3, 8, 19, 23), 8, "add_scale_sigmoid", "identity"), ((2, 8, 5, 70), 2, "add_scale_sigmoid", "identity"),
-                 ((2, 8, 6, 9), 1, "add_scale_sigmoid", "identity"), ((2, 3, 5, 9, 13), 8, "identity", "min_clamp"),
-                 ((1, 3, 4, 20, 35), 1, "identity", "min_clamp")]
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-@pytest.mark.parametrize("case", CONV_GN_CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-G{c[1]}-{c[2]}")
-def test_conv_group_norm_against_float64(case, device, poisoned_outputs):
-    """convolution_group_norm_chain (on CUDA the one op whose convolution gathers the statistics) against the chain
-    computed in float64 on the float64 convolution (bias included), |mean| >> spread for the identity prologue (the
-    statistics' shift at work): 2e-5; and against the two-op path (conv3d_direct, then the operator reading the
-    stored output) to float32 rounding; the op itself on the CPU too (where the helper runs the two ops). The input
-    is unchanged."""
-    shape, groups, prologue, epilogue = case
-    gen = torch.Generator().manual_seed(8)
-    ci, co = shape[1], 32 if len(shape) == 4 else 16
-    conv = (torch.nn.Conv2d if len(shape) == 4 else torch.nn.Conv3d)(ci, co, 3)
-    gn = torch.nn.GroupNorm(groups, co)
-    with torch.no_grad():
-        gn.weight.copy_(torch.randn(co, generator=gen))
-        gn.bias.copy_(torch.randn(co, generator=gen))
-        conv.bias.add_(50.0 if prologue == "identity" else 0.0)
-    x = torch.rand(shape, generator=gen) * 2 - 0.5
-    vectors = (torch.randn(co, 1, 1, generator=gen), torch.randn(co, 1, 1, generator=gen)) \
-        if prologue == "add_scale_sigmoid" else ()
-    scalars = (0.5, -0.3, 0.4) if epilogue == "min_clamp" else ()
-    conv, gn, x = conv.to(device), gn.to(device), x.to(device)
-    vectors = tuple(v.to(device) for v in vectors)
-    before = x.clone()
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        with torch.no_grad():
-            got = family.convolution_group_norm_chain(conv, x, gn, prologue=prologue, prologue_vectors=vectors,
-                                                      epilogue=epilogue, epilogue_scalars=scalars)
-            y, conv_bias = family.convolution_deferring_bias(conv, x)
-            two_ops = family.group_norm_chain(y, gn, prologue=prologue, prologue_vectors=vectors, epilogue=epilogue,
-                                              epilogue_scalars=scalars, input_bias=conv_bias)
-            op = family._conv_group_norm(conv, x, gn, prologue, vectors, (), epilogue, (), scalars)
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
-    assert torch.equal(x, before)
-    conv64 = copy.deepcopy(conv).double().cpu()
-    with torch.no_grad():
-        v = conv64(x.double().cpu())
-    if prologue == "add_scale_sigmoid":
-        v = torch.sigmoid((v + vectors[0].double().cpu()) * vectors[1].double().cpu())
-    z = torch.nn.functional.group_norm(v, groups, gn.weight.double().cpu(), gn.bias.double().cpu(), gn.eps)
-    if epilogue == "min_clamp":
-        z = torch.clamp(torch.minimum(z, torch.tensor(0.5, dtype=z.dtype)), -0.3, 0.4)
-    assert got.shape == z.shape and got.dtype == torch.float32
-    assert_close_report(got.double().cpu(), z, atol=2e-5, rtol=2e-5, what=f"conv_group_norm {case} on {device}")
-    assert_close_report(got, two_ops, atol=2e-6, rtol=2e-6, what=f"conv_group_norm {case} against two ops")
-    assert_close_report(op.double().cpu(), z, atol=2e-5, rtol=2e-5, what=f"conv_group_norm op {case} on {device}")
-
-
 @pytest.mark.cuda
 def test_convolution_deferring_bias_takes_the_direct_kernel(poisoned_outputs):
     """A float32 CUDA Conv3d or built Conv2d of stride 1 without padding runs the direct kernel, its bias deferred:

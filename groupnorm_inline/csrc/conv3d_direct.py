@@ -87,7 +87,7 @@ __device__ __forceinline__ void stage_weights(const float* __restrict__ w, int t
 }
 
 // acc[co][p] = y[n, tile * CT + co, d, h, w0 + p]: `origin` = x + ((n * CI) * D + d) * H * W + h * W + w0. The sums
-// run over (ci, kd, kh, kw) in that order, one fmaf each (conv_first_output repeats the order for one output).
+// run over (ci, kd, kh, kw) in that order, one fmaf each.
 template <int CI, int KD, int K, int CT, int P>
 __device__ __forceinline__ void conv_accumulate(const float* __restrict__ origin, int64_t plane, int64_t volume,
                                                 int W, int w0, const float4* ws, float (&acc)[CT][P]) {

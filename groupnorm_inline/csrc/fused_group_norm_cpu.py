@@ -38,9 +38,6 @@ One operator, registered under FAMILY_NAMESPACE (spelled GN_NAMESPACE in the sou
       channels_last convolution (CUDA: one tiled transpose through shared memory).
   conv3d_direct(x, weight) -> the family's few-channel convolutions (Conv3d, and Conv2d as its depth-1 case;
       stride 1, no padding, no bias), see conv3d_direct.py.
-  conv_group_norm(x, conv_weight, <GroupNorm, prologue and epilogue arguments>, input_bias) -> the store output of
-      fused_group_norm(conv3d_direct(x, conv_weight), ...), the statistics gathered by the convolution on CUDA
-      (conv_group_norm.py).
 
 The CPU kernel is the exact reference of the family: one task per sample, each (n, g) slice's values v' gathered
 in float32, two passes in float64 for the mean and the variance, then the same functors and the same affine
@@ -49,7 +46,6 @@ formula as the CUDA kernels.
 
 from .activation import ACTIVATION_HEADER
 from .conv3d_direct import CONV3D_DIRECT_CHECKS, CONV3D_DIRECT_CPU, CONV3D_DIRECT_SCHEMA
-from .conv_group_norm import CONV_GROUP_NORM_CPU, CONV_GROUP_NORM_SCHEMA
 from .message import MESSAGE_HEADER
 
 FAMILY_NAMESPACE = "groupnorm_inline_family"
@@ -658,20 +654,17 @@ at::Tensor fused_group_norm_cpu(const at::Tensor& x_in, int64_t num_groups, cons
 at::Tensor to_channels_last_cpu(const at::Tensor& x) { return x.contiguous(channels_last_format_of(x)); }
 
 }  // namespace gn_family
-@CONV_GROUP_NORM_CPU@
+
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FAMILY_SCHEMA@");
   m.def("@TO_CHANNELS_LAST_SCHEMA@");
   m.def("@CONV3D_DIRECT_SCHEMA@");
-  m.def("@CONV_GROUP_NORM_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cpu);
   m.impl("to_channels_last", &gn_family::to_channels_last_cpu);
   m.impl("conv3d_direct", &gn_conv::conv3d_direct_cpu);
-  m.impl("conv_group_norm", &gn_conv::conv_group_norm_cpu);
 }
 """.replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA).replace("@TO_CHANNELS_LAST_SCHEMA@", TO_CHANNELS_LAST_SCHEMA).replace(
-    "@CONV3D_DIRECT_SCHEMA@", CONV3D_DIRECT_SCHEMA).replace("@CONV_GROUP_NORM_SCHEMA@", CONV_GROUP_NORM_SCHEMA).replace(
-    "@CONV_GROUP_NORM_CPU@", CONV_GROUP_NORM_CPU)
+    "@CONV3D_DIRECT_SCHEMA@", CONV3D_DIRECT_SCHEMA)

@@ -31,7 +31,6 @@ it over the CTA: only (N, 1) is written.
 
 from .common_cuda import COMMON_CUDA_HEADER
 from .conv3d_direct import CONV3D_DIRECT_CUDA
-from .conv_group_norm import CONV_GROUP_NORM_CUDA
 from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
 
 FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
@@ -46,14 +45,13 @@ constexpr int64_t kChunk = kThreads * kItems;   // per CTA of the slice path
 constexpr int kWarps = kThreads / 32;
 
 // One warp per (n, g): float2 (mean, rstd) from the group's `per_group` partials (items of a group are contiguous:
-// group * per_group onwards), added in float64 in a fixed order. The partials are sums of v - K and (v - K)^2 with
-// K = shifts[group], or where shifts is null the prologue's value at the group's first element.
+// group * per_group onwards), added in float64 in a fixed order. The partials are sums of v - K and (v - K)^2, K the
+// prologue's value at the group's first element.
 template <typename T, class Pro>
 __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restrict__ x, const Problem p,
                                                                int64_t per_group,
                                                                const double2* __restrict__ partial,
-                                                               float2* __restrict__ stats,
-                                                               const float* __restrict__ shifts) {
+                                                               float2* __restrict__ stats) {
   const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (group >= p.N * p.G) return;  // whole warps leave together
@@ -70,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) group_stats_kernel(const T* __restri
   if (lane == 0) {
     const Pro pro(p.args, 0, 0);
     const T* first = p.channels_last ? x + n * p.S_in * p.C + c_first : x + (n * p.C + c_first) * p.S_in;
-    const float shift = shifts != nullptr ? shifts[group] : load_value<T, Pro>(first, 0, c_first, pro, p);
+    const float shift = load_value<T, Pro>(first, 0, c_first, pro, p);
     const double cnt = static_cast<double>(p.cpg * p.S);
     const double m = a / cnt;
     const double var = fmax(b / cnt - m * m, 0.0);
@@ -739,9 +737,9 @@ void launch_rows(const T* x, const Problem& p, T* out, cudaStream_t stream) {
 // Per-group (mean, rstd) from statistics partials laid out per group (per_group of them from group * per_group).
 template <typename T, class Pro>
 void launch_group_stats(const T* x, const Problem& p, int64_t per_group, const double2* partial, float2* stats,
-                        cudaStream_t stream, const float* shifts = nullptr) {
+                        cudaStream_t stream) {
   group_stats_kernel<T, Pro><<<grid_of((p.N * p.G * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
-      x, p, per_group, partial, stats, shifts);
+      x, p, per_group, partial, stats);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -753,15 +751,6 @@ void launch_part_store(const T* x, const Problem& p, const float2* stats, T* out
   part_store_kernel<T, Pro, Epi><<<filling_grid(reinterpret_cast<const void*>(&part_store_kernel<T, Pro, Epi>),
                                                 rp.items), kThreads, 0, stream>>>(x, p, rp, vec_ok, stats, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// The store output of x (N, C, *) contiguous from statistics partials gathered elsewhere (conv_group_norm: by the
-// convolution that produced x), per_group of them per group, shifted by shifts[group].
-template <typename T, class Pro, class Epi>
-void launch_store_from_partials(const at::Tensor& x_t, const Problem& p, int64_t per_group, const double2* partial,
-                                const float* shifts, float2* stats, at::Tensor& out_t, cudaStream_t stream) {
-  launch_group_stats<T, Pro>(x_t.data_ptr<T>(), p, per_group, partial, stats, stream, shifts);
-  launch_part_store<T, Pro, Epi>(x_t.data_ptr<T>(), p, stats, out_t.data_ptr<T>(), stream);
 }
 
 // input_pool > 1 (#11: GroupNorm of a max-pooled prologue): statistics and output over group parts.
@@ -961,11 +950,9 @@ at::Tensor to_channels_last_cuda(const at::Tensor& x) {
 
 }  // namespace gn_family
 @CONV3D_DIRECT_CUDA@
-@CONV_GROUP_NORM_CUDA@
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("conv3d_direct", &gn_conv::conv3d_direct_cuda);
-  m.impl("conv_group_norm", &gn_conv::conv_group_norm_cuda);
   m.impl("to_channels_last", &gn_family::to_channels_last_cuda);
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
 }
-""".replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA).replace("@CONV_GROUP_NORM_CUDA@", CONV_GROUP_NORM_CUDA)
+""".replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA)

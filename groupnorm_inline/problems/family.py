@@ -107,17 +107,6 @@ def channel_vector(param: torch.Tensor, channels: int) -> torch.Tensor:
     raise RuntimeError(f"expected a per-channel parameter of {channels} elements, got shape {tuple(param.shape)}")
 
 
-def _chain_arguments(channels: int, like: torch.Tensor, gn, prologue_vectors, prologue_scalars, epilogue_vectors,
-                     epilogue_scalars):
-    """(weight, bias, vectors, scalars) of the family operator for `gn` (an nn.GroupNorm) on an input of `channels`
-    channels (ones and zeros like `like` where gn has no affine parameters)."""
-    weight = gn.weight.detach() if gn.weight is not None else like.new_ones(channels)
-    bias = gn.bias.detach() if gn.bias is not None else like.new_zeros(channels)
-    vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
-    scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
-    return weight, bias, vectors, scalars
-
-
 def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_vectors=(), prologue_scalars=(),
                      epilogue: str = "identity", epilogue_vectors=(), epilogue_scalars=(), input_pool: int = 1,
                      output: str = "store", output_pool: int = 1, input_bias=None) -> torch.Tensor:
@@ -126,8 +115,11 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
     None or the (C,) bias of the convolution before, as `convolution_deferring_bias` returns it. A channels_last x
     (a channels_last convolution's output) is read in place on CUDA where the kernels take it (the store output of
     the chains built for it, csrc/fused_group_norm_cpu.py), and the stored output keeps that layout."""
-    weight, bias, vectors, scalars = _chain_arguments(x.shape[1] if x.dim() >= 2 else 0, x, gn, prologue_vectors,
-                                                      prologue_scalars, epilogue_vectors, epilogue_scalars)
+    channels = x.shape[1] if x.dim() >= 2 else 0
+    weight = gn.weight.detach() if gn.weight is not None else x.new_ones(channels)
+    bias = gn.bias.detach() if gn.bias is not None else x.new_zeros(channels)
+    vectors = [channel_vector(v, channels) for v in tuple(prologue_vectors) + tuple(epilogue_vectors)]
+    scalars = [float(s) for s in tuple(prologue_scalars) + tuple(epilogue_scalars)]
     x = x.detach()
     if not (x.is_contiguous() or x.is_contiguous(memory_format=_channels_last_format(x))):
         x = x.contiguous()
@@ -135,38 +127,6 @@ def group_norm_chain(x: torch.Tensor, gn, prologue: str = "identity", prologue_v
                                         PROLOGUES[prologue], EPILOGUES[epilogue], vectors, scalars, input_pool,
                                         OUTPUTS[output], output_pool, stats_mode(x, input_pool),
                                         None if input_bias is None else input_bias.detach())
-
-
-def convolution_group_norm_chain(conv, x: torch.Tensor, gn, prologue: str = "identity", prologue_vectors=(),
-                                 prologue_scalars=(), epilogue: str = "identity", epilogue_vectors=(),
-                                 epilogue_scalars=()) -> torch.Tensor:
-    """The store output of group_norm_chain(conv(x), gn, ...): `conv` (an nn.Conv2d/Conv3d) then the chain. Where
-    the direct convolution takes conv(x) (`_direct_convolution`: CUDA float32, a built few-channel shape), one op,
-    conv_group_norm, whose convolution kernel also gathers the GroupNorm's statistics as it stores its output
-    (csrc/conv_group_norm.py: the statistics pass over the convolution's output is saved; #21 on an H100: 0.47
-    ms); otherwise `convolution_deferring_bias` then `group_norm_chain`, as before."""
-    if not _direct_convolution(conv, x):
-        y, conv_bias = convolution_deferring_bias(conv, x)
-        return group_norm_chain(y, gn, prologue, prologue_vectors, prologue_scalars, epilogue, epilogue_vectors,
-                                epilogue_scalars, input_bias=conv_bias)
-    return _conv_group_norm(conv, x, gn, prologue, prologue_vectors, prologue_scalars, epilogue, epilogue_vectors,
-                            epilogue_scalars)
-
-
-def _conv_group_norm(conv, x: torch.Tensor, gn, prologue, prologue_vectors, prologue_scalars, epilogue,
-                     epilogue_vectors, epilogue_scalars) -> torch.Tensor:
-    """The conv_group_norm op for conv (a Conv2d/Conv3d of stride 1 without padding) and float32 x, on any device
-    (the CPU op runs the convolution, then the operator)."""
-    weight, bias, vectors, scalars = _chain_arguments(conv.out_channels, x, gn, prologue_vectors, prologue_scalars,
-                                                      epilogue_vectors, epilogue_scalars)
-    conv_weight = conv.weight.detach()
-    conv_bias = None if conv.bias is None else conv.bias.detach()
-    x = x.detach()
-    two_d = x.dim() == 4  # a Conv2d as the depth-1 3-D convolution (views)
-    y = _family_ops.conv_group_norm(x.unsqueeze(2) if two_d else x, conv_weight.unsqueeze(2) if two_d else conv_weight,
-                                    gn.num_groups, weight, bias, gn.eps, PROLOGUES[prologue], EPILOGUES[epilogue],
-                                    vectors, scalars, 0, conv_bias)  # stats_mode 0: float32 data
-    return y.squeeze(2) if two_d else y
 
 
 def _channels_last_format(x: torch.Tensor):

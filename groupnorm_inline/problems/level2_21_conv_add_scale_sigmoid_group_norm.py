@@ -4,15 +4,15 @@
 from `torch.rand`, Conv2d 8 -> 32 (3 x 3) to (128, 32, 254, 254), + bias (32, 1, 1), * scale (32, 1, 1), Sigmoid,
 GroupNorm with 8 groups.
 
-`ModelNew` draws the same parameters in the same order (Conv2d, bias, scale). Forward: the convolution, then one
-family operator: prologue sigmoid((x + conv bias + bias) * scale), GroupNorm. On CUDA in float32 both are one op
-(`convolution_group_norm_chain`): the family's direct convolution (8 input channels: cuDNN's float32 algorithm is
-slower), which gathers the GroupNorm's statistics as it stores its output, then the normalising pass."""
+`ModelNew` draws the same parameters in the same order (Conv2d, bias, scale). Forward: the convolution (on CUDA in
+float32 the family's direct kernel, the float32 sums of cuDNN's NCHW algorithm for these 8 input channels, 1.49x
+faster on an H100; without its bias, which the operator adds as it reads), then one family operator: prologue
+sigmoid((x + bias) * scale), GroupNorm."""
 
 import torch
 import torch.nn as nn
 
-from .family import convolution_group_norm_chain
+from .family import convolution_deferring_bias, group_norm_chain
 
 
 class Model(nn.Module):
@@ -46,8 +46,9 @@ class ModelNew(nn.Module):
         self.group_norm = nn.GroupNorm(num_groups, out_channels)
 
     def forward(self, x):
-        return convolution_group_norm_chain(self.conv, x, self.group_norm, prologue="add_scale_sigmoid",
-                                            prologue_vectors=(self.bias, self.scale))
+        x, conv_bias = convolution_deferring_bias(self.conv, x)
+        return group_norm_chain(x, self.group_norm, prologue="add_scale_sigmoid",
+                                prologue_vectors=(self.bias, self.scale), input_bias=conv_bias)
 
 
 batch_size = 128
