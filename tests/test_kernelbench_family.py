@@ -675,16 +675,19 @@ def test_to_channels_last(shape, dtype, device):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-@pytest.mark.parametrize("kind", ["conv_transpose2d", "conv_transpose3d", "conv2d"])
+@pytest.mark.parametrize("kind", ["conv_transpose2d", "conv_transpose3d", "conv_transpose2d_s1", "conv_transpose3d_s1",
+                                  "conv2d"])
 def test_convolution_channels_last(kind, device):
     """channels_last=True: on CUDA a transposed convolution runs on the channels_last input and weight and returns
-    y in that layout, the bias deferred as before; the weight's channels_last copy follows in-place updates. A forward
-    convolution, and any convolution on the CPU, runs as without the flag."""
+    y in that layout, the bias deferred as before (a stride-1 one as its forward form); the converted weight follows
+    in-place updates. A forward convolution, and any convolution on the CPU, runs as without the flag."""
     torch.manual_seed(0)
     nn = torch.nn
     conv, shape = {
         "conv_transpose2d": (nn.ConvTranspose2d(40, 16, 3, stride=2, padding=1, output_padding=1), (2, 40, 5, 6)),
         "conv_transpose3d": (nn.ConvTranspose3d(3, 8, 3, stride=2, padding=1), (1, 3, 4, 5, 3)),
+        "conv_transpose2d_s1": (nn.ConvTranspose2d(16, 24, (5, 3), padding=(1, 2)), (2, 16, 9, 7)),
+        "conv_transpose3d_s1": (nn.ConvTranspose3d(8, 16, 3), (2, 8, 4, 5, 6)),
         "conv2d": (nn.Conv2d(4, 8, 3), (2, 4, 7, 9)),
     }[kind]
     conv = conv.to(device)
@@ -705,6 +708,30 @@ def test_convolution_channels_last(kind, device):
             assert_close_report(y2, conv(x), atol=2e-5, rtol=2e-5, what=f"{kind} {device} after an update")
     finally:
         torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("case", [((2, 6, 7, 9), 5, 1), ((2, 6, 7, 9), (3, 5), (0, 2)), ((1, 4, 3, 5, 6), 3, 0),
+                                  ((1, 4, 3, 5, 6), (2, 3, 3), (1, 0, 2))], ids=str)
+def test_forward_form_of_stride_1_transposed_convolution(case):
+    """forward_form_padding/forward_form_weight: conv(x, w', padding=k - 1 - p) equals conv_transpose(x, w,
+    padding=p) in float64 (1e-12), per-dimension kernels and paddings; any transposed convolution it does not
+    describe (stride, output padding, dilation, groups, padding > k - 1, a forward convolution) gets None."""
+    shape, k, p = case
+    nn = torch.nn
+    transposed = nn.ConvTranspose2d if len(shape) == 4 else nn.ConvTranspose3d
+    conv = transposed(shape[1], 5, k, padding=p).double()
+    x = torch.randn(shape, dtype=torch.float64)
+    padding = family.forward_form_padding(conv)
+    forward = torch.nn.functional.conv2d if len(shape) == 4 else torch.nn.functional.conv3d
+    with torch.no_grad():
+        got = forward(x, family.forward_form_weight(conv.weight), conv.bias, padding=padding)
+        assert_close_report(got, conv(x), atol=1e-12, rtol=1e-12, what=f"forward form {case}")
+    assert family.forward_form_padding(transposed(4, 5, 3, stride=2)) is None
+    assert family.forward_form_padding(transposed(4, 5, 3, stride=2, output_padding=1)) is None
+    assert family.forward_form_padding(transposed(4, 5, 3, dilation=2)) is None
+    assert family.forward_form_padding(transposed(4, 6, 3, groups=2)) is None
+    assert family.forward_form_padding(transposed(4, 5, 3, padding=3)) is None
+    assert family.forward_form_padding(nn.Conv2d(4, 5, 3)) is None
 
 
 # ---------------------------------------------------------------------------------------------- conv3d_direct

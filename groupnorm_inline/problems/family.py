@@ -134,16 +134,43 @@ def _channels_last_format(x: torch.Tensor):
     return {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim(), torch.contiguous_format)
 
 
-def _channels_last_weight(conv) -> torch.Tensor:
-    """conv.weight in channels_last memory format, converted once per weight value: cached on the module, keyed by
-    the weight's storage, version counter (in-place updates and load_state_dict bump it), dtype and device."""
+def _cached_weight(conv, name: str, make) -> torch.Tensor:
+    """make(conv.weight) computed once per weight value: cached on the module under `name`, keyed by the weight's
+    storage, version counter (in-place updates and load_state_dict bump it), dtype and device."""
     weight = conv.weight.detach()
     key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-    cached = conv.__dict__.get("_groupnorm_inline_channels_last_weight")
+    cached = conv.__dict__.get(name)
     if cached is None or cached[0] != key:
-        cached = (key, weight.contiguous(memory_format=_channels_last_format(weight)))
-        conv.__dict__["_groupnorm_inline_channels_last_weight"] = cached
+        cached = (key, make(weight))
+        conv.__dict__[name] = cached
     return cached[1]
+
+
+def _channels_last_weight(conv) -> torch.Tensor:
+    """conv.weight in channels_last memory format (cached per weight value)."""
+    return _cached_weight(conv, "_groupnorm_inline_channels_last_weight",
+                          lambda w: w.contiguous(memory_format=_channels_last_format(w)))
+
+
+def forward_form_padding(conv):
+    """The padding of the forward convolution that equals `conv`, a transposed convolution of stride 1 (no output
+    padding, no dilation, one group, zero padding mode, padding p <= k - 1 per dimension), or None for any other:
+    conv_transpose(x, w, padding=p) = conv(x, w', padding=k - 1 - p) with w' = w with its two channel dimensions
+    swapped and flipped along every spatial dimension (`forward_form_weight`)."""
+    dims = len(conv.kernel_size)
+    if not (conv.transposed and dims in (2, 3) and tuple(conv.stride) == (1,) * dims
+            and tuple(conv.output_padding) == (0,) * dims and tuple(conv.dilation) == (1,) * dims
+            and conv.groups == 1 and conv.padding_mode == "zeros" and not isinstance(conv.padding, str)):
+        return None
+    padding = tuple(k - 1 - p for k, p in zip(conv.kernel_size, conv.padding))
+    return padding if min(padding) >= 0 else None
+
+
+def forward_form_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The forward convolution's weight (C_out, C_in, k...) of a stride-1 transposed convolution's weight (C_in,
+    C_out, k...): channel dimensions swapped, flipped along every spatial dimension, in channels_last format."""
+    flipped = weight.transpose(0, 1).flip(list(range(2, weight.dim())))
+    return flipped.contiguous(memory_format=_channels_last_format(flipped))
 
 
 def _direct_convolution(conv, x: torch.Tensor) -> bool:
@@ -190,13 +217,18 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
     reference at KernelBench's 1e-2), nor for forward convolutions, where cuDNN picks other algorithms per layout
     (TF32 in channels_last where NCHW runs full float32 for few input channels: margins 16-22 at 1e-4). At small
     shapes cuDNN may also choose different float32 kernels per layout (TF32 roundings apart). x is converted by the
-    family's tiled transpose."""
+    family's tiled transpose. On this path a transposed convolution of stride 1 runs as the forward convolution it
+    equals (`forward_form_padding`, the weight converted once per value): cuDNN runs that with its fprop kernels
+    instead of its dgrad ones, faster and with the same values at the family's shapes (bitwise at #19's and #61's on
+    an H100: #61 0.824 against 2.480 ms, #19 2.821 against 2.865; benchmarks/conv_transpose_forward_check.py)."""
     channels_last = (channels_last and x.is_cuda and x.dtype == torch.float32 and x.dim() in (4, 5)
                      and conv.transposed and conv.padding_mode == "zeros")
+    forward_padding = forward_form_padding(conv) if channels_last else None
     if channels_last:
         if not x.is_contiguous(memory_format=_channels_last_format(x)):
             x = _family_ops.to_channels_last(x)  # a strided x: one copy straight into channels_last
-        weight = _channels_last_weight(conv)
+        weight = (_cached_weight(conv, "_groupnorm_inline_forward_form_weight", forward_form_weight)
+                  if forward_padding is not None else _channels_last_weight(conv))
     else:
         weight = conv.weight
     if defer is None:
@@ -206,7 +238,10 @@ def convolution_deferring_bias(conv, x: torch.Tensor, defer: bool | None = None,
     if not channels_last and (conv.bias is None or not defer or conv.padding_mode != "zeros"):
         return conv(x), None
     keep_bias = conv.bias is not None and not defer
-    if conv.transposed:  # torch.conv_transpose*d: the export's static rules refuse torch.nn.functional
+    if forward_padding is not None:  # torch.conv2d/conv3d: the export's static rules refuse torch.nn.functional
+        y = (torch.conv2d, torch.conv3d)[len(conv.kernel_size) - 2](x, weight, conv.bias if keep_bias else None, 1,
+                                                                     forward_padding)
+    elif conv.transposed:  # torch.conv_transpose*d: the export's static rules refuse torch.nn.functional
         transposed = (torch.conv_transpose1d, torch.conv_transpose2d, torch.conv_transpose3d)[len(conv.kernel_size) - 1]
         y = transposed(x, weight, conv.bias if keep_bias else None, conv.stride, conv.padding, conv.output_padding,
                        conv.groups, conv.dilation)
