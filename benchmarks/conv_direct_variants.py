@@ -16,7 +16,6 @@ The package's choice is the first variant listed per shape (CONV_DIRECT_SHAPES);
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch.utils.deterministic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+from report import save_log  # noqa: E402
 from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
 
 from groupnorm_inline.csrc.common_cuda import COMMON_CUDA_HEADER  # noqa: E402
@@ -134,9 +134,7 @@ def main() -> int:
                 f"{ok}  {t / tv:.2f}x cuDNN{mark}")
         del x, y_dnn, ref64
         torch.cuda.empty_cache()
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "conv_direct_variants.txt").write_text("\n".join(LOG) + "\n")
+    save_log("conv_direct_variants.txt", LOG)
     return 0
 
 

@@ -17,7 +17,6 @@ nothing built):
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import save_log  # noqa: E402
 from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
 
 PLAN = TimingPlan(warmup=3, min_iters=10, max_iters=30, target_s=0.3)
@@ -83,9 +83,7 @@ def main() -> int:
         print("\n".join(lines[-6:]), flush=True)
         del x, x_cl, ref, ref64
         torch.cuda.empty_cache()
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "conv_transpose_forward_check.txt").write_text("\n".join(lines) + "\n")
+    save_log("conv_transpose_forward_check.txt", lines)
     return 0
 
 

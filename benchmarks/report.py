@@ -272,3 +272,15 @@ def markdown_table(info: RunInfo, records: list[Record]) -> str:
 
 __all__ = ["PROVIDERS", "BASELINES", "DIRECTIONS", "RunInfo", "Record", "CSV_COLUMNS", "fill_ratios", "write_csv",
            "read_csv", "rows_in_order", "lookup", "row_name", "Summary", "summarise", "markdown_table"]
+
+
+def save_log(name: str, lines: list[str]) -> Path | None:
+    """Write `lines` to $OUT/name (the device runs' log folder) when OUT is set; returns the path written."""
+    import os
+
+    out = os.environ.get("OUT")
+    if not out:
+        return None
+    path = Path(out, name)
+    path.write_text("\n".join(lines) + "\n")
+    return path
