@@ -230,7 +230,7 @@ def test_generated_python_is_the_package_code(key):
     allowed = {"import torch", "import torch.nn as nn", "import math", "import os"}
     assert set(imports) <= allowed, imports
     package = _package_definitions([recipe.model_module, kernels_module, "groupnorm_inline.problems.family",
-                                    "groupnorm_inline.problems.split_gemm"])
+                                    "groupnorm_inline.problems.split_gemm", "groupnorm_inline.csrc.conv3d_direct"])
     # The operator namespaces the Python binds: its kernels module's as `_ops`, the family's as `_family_ops`.
     operator_bindings = {f"_ops = torch.ops.{_ops_namespace(kernels_module)}",
                          f"_family_ops = torch.ops.{_ops_namespace('groupnorm_inline.problems.family_kernels')}"}
