@@ -59,7 +59,7 @@ def log(line: str = "") -> None:
 
 def variants() -> list[tuple[int, ...]]:
     """Every (CI, CO, KD, K, CT, P) to build: the package's choices first, then the candidates."""
-    chosen = [s for s in CONV_DIRECT_SHAPES]
+    chosen = list(CONV_DIRECT_SHAPES)
     extra = [shape + tile for shape, tiles in CANDIDATES.items() for tile in tiles if shape + tile not in chosen]
     return chosen + extra
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import os
 import re
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from check_kernelbench_family import (HARNESS_SEED, LOG_LINES, TRIALS, draw_seeds, leading_module, log,  # noqa: E402
                                       margin, set_seed)
+from report import save_log  # noqa: E402
 from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
 
 CONV_PROBLEMS = ("2/11", "2/19", "2/21", "2/23", "2/27", "2/60", "2/61", "2/83", "2/85")
@@ -196,8 +196,7 @@ def main() -> None:
             for name, ms, worst in variant_sweep(reference_namespace(key), args.variants):
                 log(f"| {key} | {name} | {ms:.3f} | {worst:.3g} |")
             torch.cuda.empty_cache()
-        if os.environ.get("OUT"):
-            Path(os.environ["OUT"], "conv_layout_variants.txt").write_text("\n".join(LOG_LINES) + "\n")
+        save_log("conv_layout_variants.txt", LOG_LINES)
         return
     log("| problem | conv NCHW ms | conv CL ms | input to CL ms | CL out to NCHW ms | copy of conv out ms | "
         "eager ms | eager CL ms | conv out MB | GN margin CL tf32 | out margin CL tf32 | GN margin CL fp32 |")
@@ -213,8 +212,7 @@ def main() -> None:
             f"{t['copy_y']:.3f} | {t['eager']:.3f} | {t['eager_cl']:.3f} | {t['y_mb']:.0f} | {gn_tf32:.3g} | "
             f"{out_tf32:.3g} | {gn_fp32:.3g} |")
         torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "conv_layout_check.txt").write_text("\n".join(LOG_LINES) + "\n")
+    save_log("conv_layout_check.txt", LOG_LINES)
 
 
 if __name__ == "__main__":

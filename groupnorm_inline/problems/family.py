@@ -173,20 +173,23 @@ def forward_form_weight(weight: torch.Tensor) -> torch.Tensor:
     return flipped.contiguous(memory_format=_channels_last_format(flipped))
 
 
+# (C_in, C_out, KD, K) of each CONV_DIRECT_SHAPES entry (its tile and outputs per thread dropped).
+_DIRECT_CONVOLUTIONS = frozenset(shape[:4] for shape in CONV_DIRECT_SHAPES)
+
+
 def _direct_convolution(conv, x: torch.Tensor) -> bool:
     """Whether the family's direct convolution kernel (csrc/conv3d_direct.py) takes conv(x): CUDA float32, a forward
     Conv2d or Conv3d of stride 1, no padding, no dilation, one group, a (C_in, C_out, kernel) the CUDA kernel is
     built for (CONV_DIRECT_SHAPES; the op itself runs PyTorch's 3-D convolution for others, which for a 2-D one
     would not be cuDNN's 2-D algorithm, so those keep the module's own call). It computes the float32 sums that
-    cuDNN's NCHW algorithms compute for these few-channel inputs, faster at the shapes of #21, #23, #27 and #83
-    (README). Like the family operator it has no autograd: the problem modules are inference code."""
+    cuDNN's NCHW algorithms compute for these few-channel inputs, faster at the shapes of #21, #23, #27, #83 and
+    #85 (README). Like the family operator it has no autograd: the problem modules are inference code."""
     # (A forward convolution, told by its attributes: an export may not name torch.nn layers.)
     dims = len(conv.kernel_size)
     if dims not in (2, 3) or x.dim() != dims + 2 or conv.transposed:
         return False
     kd, kh, kw = ((1,) if dims == 2 else ()) + tuple(conv.kernel_size)
-    built = {shape[:4] for shape in CONV_DIRECT_SHAPES}  # (C_in, C_out, KD, K) of each (..., tile, outputs) entry
-    return ((conv.in_channels, conv.out_channels, kd, kh) in built and kh == kw
+    return ((conv.in_channels, conv.out_channels, kd, kh) in _DIRECT_CONVOLUTIONS and kh == kw
             and x.is_cuda and x.dtype == torch.float32
             and tuple(conv.stride) == (1,) * dims and conv.padding in ((0,) * dims, "valid")
             and tuple(conv.dilation) == (1,) * dims and conv.groups == 1 and conv.padding_mode == "zeros")
