@@ -19,6 +19,8 @@ COMMON_CUDA_HEADER = r"""
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
+#include <ATen/core/Tensor.h>
 
 namespace gn_inline {
 
@@ -36,6 +38,63 @@ inline int resident_ctas_per_sm(const void* kernel, int device, int threads, siz
   answers[key] = per_sm;
   return per_sm;
 }
+
+// The compute type of an input of type T: float for float/half/bfloat16, double for double.
+template <typename T> struct Compute { using type = float; };
+template <> struct Compute<double> { using type = double; };
+
+// weight or bias as the kernels read it: (C,) contiguous, in the compute type, or (`narrow`) in a
+// float16/bfloat16 input's own dtype, converted as it is read. A half model's parameters thus need no
+// conversion kernels around the launch (a launch and an allocation each, as long as the whole kernel on a
+// few-MB diffusion input). The branch is uniform across the grid. Null (`!ref`): no affine.
+template <typename T>
+struct ParamRef {
+  using C = typename Compute<T>::type;
+  const void* ptr = nullptr;
+  bool narrow = false;
+
+  static ParamRef of(const at::Tensor& t) {
+    const bool narrow = t.scalar_type() != c10::CppTypeToScalarType<C>::value;
+    TORCH_INTERNAL_ASSERT(!narrow || t.scalar_type() == c10::CppTypeToScalarType<T>::value);
+    return {t.data_ptr(), narrow};
+  }
+  // Whether `t` can be read in place: its dtype is the compute type or T.
+  static bool takes(const at::Tensor& t) {
+    return t.scalar_type() == c10::CppTypeToScalarType<C>::value ||
+           t.scalar_type() == c10::CppTypeToScalarType<T>::value;
+  }
+  __host__ __device__ explicit operator bool() const { return ptr != nullptr; }
+  __host__ __device__ ParamRef operator+(int64_t i) const {
+    return {narrow ? static_cast<const void*>(static_cast<const T*>(ptr) + i)
+                   : static_cast<const void*>(static_cast<const C*>(ptr) + i), narrow};
+  }
+  __device__ __forceinline__ C operator[](int64_t i) const {
+    if constexpr (std::is_same_v<T, C>) return static_cast<const C*>(ptr)[i];
+    else return narrow ? static_cast<C>(static_cast<const T*>(ptr)[i]) : static_cast<const C*>(ptr)[i];
+  }
+};
+
+// The gradient of a weight or bias as the kernels write it: (C,) contiguous in the compute type, or
+// (`narrow`) in a half input's dtype, rounded once as it is stored (the sums stay in double until then).
+// Null: not asked for.
+template <typename T>
+struct ParamGradRef {
+  using C = typename Compute<T>::type;
+  void* ptr = nullptr;
+  bool narrow = false;
+
+  static ParamGradRef of(at::Tensor& t) {
+    const bool narrow = t.scalar_type() != c10::CppTypeToScalarType<C>::value;
+    TORCH_INTERNAL_ASSERT(!narrow || t.scalar_type() == c10::CppTypeToScalarType<T>::value);
+    return {t.data_ptr(), narrow};
+  }
+  __host__ __device__ explicit operator bool() const { return ptr != nullptr; }
+  __device__ __forceinline__ void store(int64_t i, double v) const {
+    if constexpr (std::is_same_v<T, C>) static_cast<C*>(ptr)[i] = static_cast<C>(v);
+    else if (narrow) static_cast<T*>(ptr)[i] = static_cast<T>(static_cast<C>(v));
+    else static_cast<C*>(ptr)[i] = static_cast<C>(v);
+  }
+};
 
 // VEC elements of T moved as one 16-byte (or narrower) access.
 template <typename T, int VEC>

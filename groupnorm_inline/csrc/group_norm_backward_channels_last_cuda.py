@@ -33,8 +33,8 @@ using gn_cl::kUnroll;
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
-    const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ w,
-    const typename Acc<T>::type* __restrict__ b, typename Acc<T>::type* __restrict__ partial, Tiling t, int64_t G,
+    const typename Acc<T>::type* __restrict__ rstd, Param<T> w, Param<T> b,
+    typename Acc<T>::type* __restrict__ partial, Tiling t, int64_t G,
     int64_t cpg, Epi epi) {
   using A = typename Acc<T>::type;
   extern __shared__ __align__(16) unsigned char cl_sums_smem[];
@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(256) cl_fold(const A* __restrict__ partial, A*
 // Step 5. dx = a dz + coef_x (x - m) + coef_1 per channel, rows from the end of the tile. coef: (N * G, kCoefs).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
-    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, const typename Acc<T>::type* __restrict__ w,
-    const typename Acc<T>::type* __restrict__ b, const typename Acc<T>::type* __restrict__ mean,
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w, Param<T> b,
+    const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef, Tiling t,
     int64_t G, int64_t cpg, Epi epi) {
   using A = typename Acc<T>::type;
@@ -246,7 +246,7 @@ void run(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaS
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_coefficients<T>(pr, cp, /*weighted=*/true, pr.cpg, 1, kp, stream);
   if (pr.dw || pr.db) {
-    row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
+    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
         cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, 1);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -277,13 +277,13 @@ void run_backward_channels_last(const at::Tensor& x, const at::Tensor& dy, const
   pr.x = x.data_ptr<T>();
   pr.dy = dy.data_ptr<T>();
   pr.dx = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  pr.w = w.defined() ? w.data_ptr<A>() : nullptr;
-  pr.b = bias.defined() ? bias.data_ptr<A>() : nullptr;
+  pr.w = w.defined() ? Param<T>::of(w) : Param<T>{};
+  pr.b = bias.defined() ? Param<T>::of(bias) : Param<T>{};
   pr.act = act;
   pr.mean = mean.data_ptr<A>();
   pr.rstd = rstd.data_ptr<A>();
-  pr.dw = dw.defined() ? dw.data_ptr<A>() : nullptr;
-  pr.db = db.defined() ? db.data_ptr<A>() : nullptr;
+  pr.dw = dw.defined() ? ParamGrad<T>::of(dw) : ParamGrad<T>{};
+  pr.db = db.defined() ? ParamGrad<T>::of(db) : ParamGrad<T>{};
   pr.N = x.size(0);
   pr.C = x.size(1);
   pr.G = G;

@@ -56,8 +56,9 @@ using gn_inline::Vec;
 using gn_inline::load_vec;
 using gn_inline::store_vec_streaming;
 
-template <typename T> struct Acc { using type = float; };
-template <> struct Acc<double> { using type = double; };
+template <typename T> using Acc = gn_inline::Compute<T>;
+template <typename T> using Param = gn_inline::ParamRef<T>;          // w, b: read in place
+template <typename T> using ParamGrad = gn_inline::ParamGradRef<T>;  // dw, db: written in the weight's dtype
 
 constexpr int kThreads = 256;       // CTA size of every kernel here
 constexpr int kUnroll = 4;          // vectors per tensor in flight per thread (row path)
@@ -102,8 +103,7 @@ template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_channel_sums(
     const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ mean,
     typename Acc<T>::type* __restrict__ partial, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits,
-    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ b,
-    const typename Acc<T>::type* __restrict__ rstd, int64_t C, Epi epi) {
+    Param<T> w, Param<T> b, const typename Acc<T>::type* __restrict__ rstd, int64_t C, Epi epi) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[3 * 32];
   const int64_t cta = blockIdx.x;
@@ -175,9 +175,9 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
 // w: (C,) or null; partial: (slices, splits, kSums) = (sum w dy (x - m), sum w dy, sum (x - m)).
 template <typename T, typename I, typename Epi>
 __global__ void __launch_bounds__(kThreads) short_slice_sums(
-    const T* __restrict__ x, const T* __restrict__ dy, const typename Acc<T>::type* __restrict__ w,
+    const T* __restrict__ x, const T* __restrict__ dy, Param<T> w,
     const typename Acc<T>::type* __restrict__ mean, typename Acc<T>::type* __restrict__ partial, I units,
-    I splits, I chunk, I D, I HW, I G, int lanes, const typename Acc<T>::type* __restrict__ bias,
+    I splits, I chunk, I D, I HW, I G, int lanes, Param<T> bias,
     const typename Acc<T>::type* __restrict__ rstd, Epi epi) {
   using A = typename Acc<T>::type;
   __shared__ double scratch[kThreads / 32][kSums];
@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(kThreads) short_slice_sums(
       const T* xs = x + static_cast<int64_t>(slice) * D;
       const T* dys = dy + static_cast<int64_t>(slice) * D;
       const A mu = mean[slice];
-      const A* wg = w ? w + (slice % G) * cpg : nullptr;
-      const A* bg = bias ? bias + (slice % G) * cpg : nullptr;
+      const Param<T> wg = w ? w + (slice % G) * cpg : Param<T>{};
+      const Param<T> bg = bias ? bias + (slice % G) * cpg : Param<T>{};
       const A sigma = Epi::kIsIdentity ? A(1) : rstd[slice];
       for (I e = begin + lane; e < end; e += lanes) {
         const A wc = wg ? wg[e / HW] : A(1);
@@ -246,15 +246,17 @@ __global__ void __launch_bounds__(kThreads) short_slice_sums(
 // row path, parts = cpg * splits per-(row, chunk) sums, weighted here by w[channel = k / splits];
 // short path, parts = splits already weighted sums (w = null here). coef: (N * G, kCoefs) holding
 // (coef_x, coef_1, delta).
-template <typename A>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) group_coefficients(
-    const A* __restrict__ partial, const A* __restrict__ w, const A* __restrict__ rstd, A* __restrict__ coef,
-    int64_t slices, int64_t G, int64_t cpg, int64_t parts, int64_t splits, double D) {
+    const typename Acc<T>::type* __restrict__ partial, Param<T> w, const typename Acc<T>::type* __restrict__ rstd,
+    typename Acc<T>::type* __restrict__ coef, int64_t slices, int64_t G, int64_t cpg, int64_t parts, int64_t splits,
+    double D) {
+  using A = typename Acc<T>::type;
   const int64_t slice = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (slice >= slices) return;  // the whole warp leaves together
   const A* p = partial + slice * parts * kSums;
-  const A* wg = w ? w + (slice % G) * cpg : nullptr;
+  const Param<T> wg = w ? w + (slice % G) * cpg : Param<T>{};
   double S0 = 0, B = 0, M = 0;  // S0 = sum_c w ds (about the saved mean)
   for (int64_t k = lane; k < parts; k += 32) {
     const double wc = wg ? static_cast<double>(wg[k / splits]) : 1.0;
@@ -280,10 +282,12 @@ __global__ void __launch_bounds__(kThreads) group_coefficients(
 
 // Row path. CTA of 32 x 8 threads: x picks one of 32 channels, y strides over the samples; the 8
 // partial sums per channel meet in shared memory. coef: (N * G, kCoefs); dw, db: (C,) or null.
-template <typename A>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) row_parameter_grads(
-    const A* __restrict__ partial, const A* __restrict__ rstd, const A* __restrict__ coef, A* __restrict__ dw,
-    A* __restrict__ db, int64_t N, int64_t C, int64_t G, int64_t cpg, int64_t splits) {
+    const typename Acc<T>::type* __restrict__ partial, const typename Acc<T>::type* __restrict__ rstd,
+    const typename Acc<T>::type* __restrict__ coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
+    int64_t G, int64_t cpg, int64_t splits) {
+  using A = typename Acc<T>::type;
   __shared__ double sums[2][8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
@@ -310,17 +314,17 @@ __global__ void __launch_bounds__(kThreads) row_parameter_grads(
       sw += sums[0][k][tx];
       sb += sums[1][k][tx];
     }
-    if (dw) dw[c] = static_cast<A>(sw);
-    if (db) db[c] = static_cast<A>(sb);
+    if (dw) dw.store(c, sw);
+    if (db) db.store(c, sb);
   }
 }
 
 // Short path: channel c's terms were left by short_grad_input in segments c, c + C, ..., c + (k-1) C.
 // param_partial: (k * C, 2) doubles; dw, db: (C,) or null.
-template <typename A>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) short_parameter_grads(const double* __restrict__ param_partial,
-                                                                  A* __restrict__ dw, A* __restrict__ db,
-                                                                  int64_t C, int64_t k) {
+                                                                  ParamGrad<T> dw, ParamGrad<T> db, int64_t C,
+                                                                  int64_t k) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   double sw = 0, sb = 0;
@@ -328,8 +332,8 @@ __global__ void __launch_bounds__(kThreads) short_parameter_grads(const double* 
     sw += param_partial[2 * (j * C + c)];
     sb += param_partial[2 * (j * C + c) + 1];
   }
-  if (dw) dw[c] = static_cast<A>(sw);
-  if (db) db[c] = static_cast<A>(sb);
+  if (dw) dw.store(c, sw);
+  if (db) db.store(c, sb);
 }
 
 // ---------------------------------------------------------------------------------- 4. grad input
@@ -340,9 +344,8 @@ struct RowCoefficients {
   A a, mean, coef_x, coef_1;
 };
 
-template <typename A>
-__device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int64_t C, int64_t cpg,
-                                                               const A* __restrict__ w,
+template <typename T, typename A = typename Acc<T>::type>
+__device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int64_t C, int64_t cpg, Param<T> w,
                                                                const A* __restrict__ mean,
                                                                const A* __restrict__ rstd,
                                                                const A* __restrict__ coef) {
@@ -355,11 +358,10 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 // still holds. dx: (rows, HW), written with streaming stores.
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
-    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
-    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
-    const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    int64_t C, int64_t cpg, int64_t HW, int64_t chunk, int64_t splits, const typename Acc<T>::type* __restrict__ b,
-    Epi epi) {
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w,
+    const typename Acc<T>::type* __restrict__ mean, const typename Acc<T>::type* __restrict__ rstd,
+    const typename Acc<T>::type* __restrict__ coef, int64_t C, int64_t cpg, int64_t HW, int64_t chunk,
+    int64_t splits, Param<T> b, Epi epi) {
   using A = typename Acc<T>::type;
   const int64_t cta = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
   const int64_t row = cta / splits;
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
   const T* xr = x + offset;
   const T* dyr = dy + offset;
   T* dxr = dx + offset;
-  const RowCoefficients<A> k = row_coefficients<A>(row, C, cpg, w, mean, rstd, coef);
+  const RowCoefficients<A> k = row_coefficients<T>(row, C, cpg, w, mean, rstd, coef);
   const A zb = (!Epi::kIsIdentity && b) ? b[row % C] : A(0);  // z = (x - mean) * k.a + zb
   const int64_t begin = (cta - row * splits) * chunk;
   const int64_t end = begin + chunk < HW ? begin + chunk : HW;
@@ -410,11 +412,10 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
 // sum dy) of the segment's rows, or null.
 template <typename T, typename I, typename Epi>
 __global__ void __launch_bounds__(kThreads) short_grad_input(
-    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
-    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ mean,
-    const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef,
-    double* __restrict__ param_partial, I rows, I C, I cpg, I HW, I segments, int seg,
-    const typename Acc<T>::type* __restrict__ b, Epi epi) {
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w,
+    const typename Acc<T>::type* __restrict__ mean, const typename Acc<T>::type* __restrict__ rstd,
+    const typename Acc<T>::type* __restrict__ coef, double* __restrict__ param_partial, I rows, I C, I cpg, I HW,
+    I segments, int seg, Param<T> b, Epi epi) {
   using A = typename Acc<T>::type;
   const I thread = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
   const I q = thread / seg;
@@ -465,8 +466,7 @@ __global__ void __launch_bounds__(kThreads) short_grad_input(
 // row of the slice, zero where it holds none of it), for row_parameter_grads; coef: (N * G, kCoefs).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kResidentThreads) resident_backward(
-    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx,
-    const typename Acc<T>::type* __restrict__ w, const typename Acc<T>::type* __restrict__ b,
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w, Param<T> b,
     const typename Acc<T>::type* __restrict__ mean, const typename Acc<T>::type* __restrict__ rstd,
     typename Acc<T>::type* __restrict__ partial, typename Acc<T>::type* __restrict__ coef, int64_t C, int64_t G,
     int cpg, int HW, int D, int part, Epi epi) {
@@ -706,12 +706,10 @@ struct Problem {
   const T* x;
   const T* dy;
   T* dx;
-  const A* w;
-  const A* b;
+  Param<T> w, b;  // (C,) or null
   const A* mean;
   const A* rstd;
-  A* dw;
-  A* db;
+  ParamGrad<T> dw, db;  // (C,) or null
   int64_t N, C, G, cpg, HW;
   gn_act::Params act;
 };
@@ -744,9 +742,9 @@ template <typename T>
 void launch_coefficients(const Problem<T>& pr, const typename Acc<T>::type* partial, bool weighted,
                          int64_t parts, int64_t splits, typename Acc<T>::type* coef, cudaStream_t stream) {
   const int64_t slices = pr.N * pr.G;
-  group_coefficients<typename Acc<T>::type>
+  group_coefficients<T>
       <<<static_cast<unsigned>(ceil_div(slices * 32, kThreads)), kThreads, 0, stream>>>(
-          partial, weighted ? pr.w : nullptr, pr.rstd, coef, slices, pr.G, pr.cpg, parts, splits,
+          partial, weighted ? pr.w : Param<T>{}, pr.rstd, coef, slices, pr.G, pr.cpg, parts, splits,
           static_cast<double>(pr.cpg) * static_cast<double>(pr.HW));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -766,7 +764,7 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
   else launch_row_sums<T, 1, Epi>(pr, pp, rows, p, stream);
   launch_coefficients<T>(pr, pp, /*weighted=*/true, pr.cpg * p.splits, p.splits, cp, stream);
   if (pr.dw || pr.db) {
-    row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
+    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
         pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -845,7 +843,7 @@ bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptio
                                     static_cast<int>(part), backward_epilogue<Epi>(pr.act)));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (pr.dw || pr.db) {
-    row_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
+    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
         partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, cluster);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -876,7 +874,7 @@ void run_short_path(const Problem<T>& pr, int sms, const at::TensorOptions& acc_
       static_cast<I>(pr.C * p.k), p.seg, pr.b, backward_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (params) {
-    short_parameter_grads<A><<<static_cast<unsigned>(ceil_div(pr.C, kThreads)), kThreads, 0, stream>>>(
+    short_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, kThreads)), kThreads, 0, stream>>>(
         param_partial.data_ptr<double>(), pr.dw, pr.db, pr.C, p.k);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -910,13 +908,13 @@ void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w
   pr.x = x.data_ptr<T>();
   pr.dy = dy.data_ptr<T>();
   pr.dx = dx.defined() ? dx.data_ptr<T>() : nullptr;
-  pr.w = w.defined() ? w.data_ptr<A>() : nullptr;
-  pr.b = bias.defined() ? bias.data_ptr<A>() : nullptr;
+  pr.w = w.defined() ? Param<T>::of(w) : Param<T>{};
+  pr.b = bias.defined() ? Param<T>::of(bias) : Param<T>{};
   pr.act = act;
   pr.mean = mean.data_ptr<A>();
   pr.rstd = rstd.data_ptr<A>();
-  pr.dw = dw.defined() ? dw.data_ptr<A>() : nullptr;
-  pr.db = db.defined() ? db.data_ptr<A>() : nullptr;
+  pr.dw = dw.defined() ? ParamGrad<T>::of(dw) : ParamGrad<T>{};
+  pr.db = db.defined() ? ParamGrad<T>::of(db) : ParamGrad<T>{};
   pr.N = x.size(0);
   pr.C = x.size(1);
   pr.G = G;
@@ -950,22 +948,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   const at::Tensor dy = channels_last ? grad_out.contiguous(channels_last_format(input)) : grad_out.contiguous();
   const at::Tensor m = mean.contiguous();
   const at::Tensor r = rstd.contiguous();
+  // The kernels read a weight or bias, and write their gradients, in the compute type or in the input's own
+  // dtype (a half model's parameters: no conversion launches around the kernels); any other dtype goes
+  // through the compute type.
+  const auto in_place = [&](at::ScalarType t) { return t == acc || t == input.scalar_type(); };
+  const auto readable = [&](const at::Tensor& t) {
+    return in_place(t.scalar_type()) ? t.contiguous() : t.to(acc).contiguous();
+  };
   const bool affine = weight.has_value() && weight->defined();
-  const at::Tensor w = affine ? weight->to(acc).contiguous() : at::Tensor();
+  const at::Tensor w = affine ? readable(*weight) : at::Tensor();
   // The bias only enters through z (read with an activation).
   const bool with_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
-  const at::Tensor b = with_bias ? bias->to(acc).contiguous() : at::Tensor();
-  // dw / db are accumulated in the compute type and converted after when the weight has another dtype.
-  at::Tensor dw_acc = output_mask[1] ? (pdt == acc ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
-  at::Tensor db_acc = output_mask[2] ? (pdt == acc ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
+  const at::Tensor b = with_bias ? readable(*bias) : at::Tensor();
+  at::Tensor dw_acc = output_mask[1] ? (in_place(pdt) ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
+  at::Tensor db_acc = output_mask[2] ? (in_place(pdt) ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor dx_out = output_mask[0] ? dx : at::Tensor();  // in the input's layout (allocate_backward_outputs)
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
     if (channels_last) run_backward_channels_last<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
     else run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
   });
-  if (output_mask[1] && pdt != acc) dw.copy_(dw_acc);
-  if (output_mask[2] && pdt != acc) dbias.copy_(db_acc);
+  if (output_mask[1] && !in_place(pdt)) dw.copy_(dw_acc);
+  if (output_mask[2] && !in_place(pdt)) dbias.copy_(db_acc);
   return {dx, dw, dbias};
 }
 

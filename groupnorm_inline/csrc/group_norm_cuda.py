@@ -17,7 +17,8 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
-            `gn_finalize` -> `gn_apply`.
+            `gn_finalize` -> `gn_apply`, the last walking the chunks from the end so that its second
+            read starts on what L2 still holds.
 
 Channels-last inputs (NHWC, NDHWC) take none of these plans: group_norm_channels_last_cuda.py reads them in
 place (statistics over (rows x channels) tiles, finalize, normalisation) and writes the output in their layout.
@@ -50,40 +51,11 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + CL_TILING_CUDA + GROUP_N
 
 namespace gn_inline {
 
-template <typename T> struct Compute { using type = float; };
-template <> struct Compute<double> { using type = double; };
-
 constexpr int kThreads = 256;          // fused / split kernels
 constexpr int kUnroll = 4;             // vectors loaded before first use, per thread
 constexpr int kSmallVecs = 4;          // vectors per thread held in registers by the small-slice kernel
 constexpr int kResidentMaxThreads = 512;
 constexpr int kResidentUnroll = 8;     // resident plan: vectors loaded before first use, per thread
-
-// weight or bias as the kernels read it: (C,) contiguous, in the compute type, or (`narrow`) in a
-// float16/bfloat16 input's own dtype, converted as it is read. A half model's parameters thus need no
-// conversion kernels before the launch (two launches of ~3 us each, as long as the whole kernel on a few-MB
-// diffusion input). The branch is uniform across the grid. Null (`!ref`): no affine.
-template <typename T>
-struct ParamRef {
-  using C = typename Compute<T>::type;
-  const void* ptr = nullptr;
-  bool narrow = false;
-
-  static ParamRef of(const at::Tensor& t) {
-    const bool narrow = t.scalar_type() != c10::CppTypeToScalarType<C>::value;
-    TORCH_INTERNAL_ASSERT(!narrow || t.scalar_type() == c10::CppTypeToScalarType<T>::value);
-    return {t.data_ptr(), narrow};
-  }
-  __host__ __device__ explicit operator bool() const { return ptr != nullptr; }
-  __host__ __device__ ParamRef operator+(int64_t i) const {
-    return {narrow ? static_cast<const void*>(static_cast<const T*>(ptr) + i)
-                   : static_cast<const void*>(static_cast<const C*>(ptr) + i), narrow};
-  }
-  __device__ __forceinline__ C operator[](int64_t i) const {
-    if constexpr (std::is_same_v<T, C>) return static_cast<const C*>(ptr)[i];
-    else return narrow ? static_cast<C>(static_cast<const T*>(ptr)[i]) : static_cast<const C*>(ptr)[i];
-  }
-};
 
 // Normalisation constants of one slice: y = (x - K) * rstd * w[c] + (b[c] - mean_k * rstd * w[c]).
 template <typename C>
@@ -419,13 +391,17 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
   }
 }
 
-// Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1).
+// Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1),
+// the items taken from the last: step 1 read them in increasing order, so L2 holds its last items, and a
+// second pass in the same order would evict each of them just before reaching it (a tensor larger than L2
+// then re-reads everything from memory; from the end, the first L2-sized share of the pass hits).
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_apply(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
     ParamRef<T> b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
     int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk, Epi epi) {
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+  for (int64_t step = blockIdx.x; step < items; step += gridDim.x) {
+    const int64_t item = items - 1 - step;
     const int64_t slice = item / splits;
     const int64_t offset = slice * static_cast<int64_t>(D);
     const I begin = static_cast<I>(item - slice * splits) * chunk;
@@ -547,7 +523,6 @@ struct Pointers {
 // accept up to 200 KB (one per SM) rather than leave the plan.
 constexpr int64_t kResidentTargetBytes = 64 * 1024;
 constexpr int64_t kResidentMaxBytes = 200 * 1024;
-
 template <typename T, int VEC, bool AFFINE, typename Epi>
 bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   const DeviceInfo& dev = device_info(pr.device);
@@ -564,7 +539,8 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   while (threads < kResidentMaxThreads && static_cast<int64_t>(threads) * VEC * kUnroll < part) threads *= 2;
 
   auto kernel = gn_resident<T, VEC, AFFINE, Epi>;
-  if (max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem) < 1) return false;
+  const int active = max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem);
+  if (active < 1) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
   config.blockDim = dim3(threads);
@@ -579,8 +555,8 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
   }
   if (pr.plan) {
     *pr.plan = "resident: cluster of " + std::to_string(cluster) + " CTAs per slice, " + std::to_string(threads) +
-               " threads, " + std::to_string(smem / 1024) + " KB of the slice in each CTA's shared memory (vec " +
-               std::to_string(VEC) + ")";
+               " threads, " + std::to_string(smem / 1024) + " KB of the slice in each CTA's shared memory, " +
+               std::to_string(active) + " clusters resident at once (vec " + std::to_string(VEC) + ")";
     return true;
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The core operator's GPU checks in one machine call: build once, then the steps named on the command line,
+# each logged to $OUT.
+#
+#   bash benchmarks/run_core_device.sh tests bwdcheck bwdpaths plans host sanitizer
+#
+# Steps:
+#   tests      pytest -m cuda of the core op's GPU tests (backward, forward, channels-last, activations);
+#              $TESTS_K narrows it (pytest -k)
+#   bwdcheck   benchmarks/check_backward_gpu.py: gradients against float64 with poisoned outputs, then ours /
+#              eager / torch.compile backward timings
+#   bwdpaths   the backward's long-row paths side by side: check_backward_gpu.py --timing-only --no-compile with
+#              GROUPNORM_INLINE_BACKWARD_PATH=row (the two-read row path only), then automatic; one process each
+#   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
+#   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
+#   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic backward paths
+#              and again with the row path forced
+#   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
+# Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-benchmarks/results/device}
+export GROUPNORM_INLINE_CACHE_DIR=${GROUPNORM_INLINE_CACHE_DIR:-/tmp/gnc}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+PYTHON=${PYTHON:-python}
+mkdir -p "$OUT" "$GROUPNORM_INLINE_CACHE_DIR"
+start=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - start )) s"; }
+
+"$PYTHON" -c "import groupnorm_inline" > "$OUT/build-core.log" 2>&1
+tail -n 3 "$OUT/build-core.log"
+echo "build/load: $(elapsed)"
+
+for step in "$@"; do
+    echo "== $step ($(elapsed))"
+    case $step in
+    tests)
+        timeout 500 "$PYTHON" -m pytest tests/test_backward.py tests/test_cuda_forward.py \
+            tests/test_channels_last_cuda.py tests/test_activations.py -m cuda -q -p no:cacheprovider --tb=short \
+            ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -n 40 | tee "$OUT/pytest-core-cuda.txt" ;;
+    bwdcheck)
+        timeout 500 "$PYTHON" benchmarks/check_backward_gpu.py --out "$OUT" 2>&1 | tail -n 40 ;;
+    bwdpaths)
+        for path in row auto; do
+            echo "-- backward path: $path" | tee -a "$OUT/backward-paths.txt"
+            GROUPNORM_INLINE_BACKWARD_PATH=$path timeout 200 "$PYTHON" benchmarks/check_backward_gpu.py \
+                --timing-only --no-compile --out /tmp 2>&1 | grep "floor=" | tee -a "$OUT/backward-paths.txt"
+        done ;;
+    plans)
+        timeout 300 "$PYTHON" benchmarks/plan_check.py --no-check --rows "${PLAN_ROWS:-waves}" \
+            --variants "auto;split;resident;fused" --out "$OUT" 2>&1 | grep -v "^  timing" | tail -n 40 ;;
+    host)
+        timeout 300 "$PYTHON" benchmarks/host_overhead.py 2>&1 | grep "##\|us/call" ;;
+    sanitizer)
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
+            2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
+        echo "compute-sanitizer exit (automatic paths): $?" | tee -a "$OUT/sanitizer-core.txt"
+        GROUPNORM_INLINE_BACKWARD_PATH=row timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
+            "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
+        echo "compute-sanitizer exit (row path forced): $?" | tee -a "$OUT/sanitizer-core.txt" ;;
+    suite)
+        FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
+            bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;
+    *) echo "unknown step $step" ;;
+    esac
+done
+echo "total: $(elapsed)"
