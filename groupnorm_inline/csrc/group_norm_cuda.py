@@ -10,7 +10,8 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             slice; each CTA keeps its part in shared memory, partial sums are exchanged through
             distributed shared memory, then each CTA normalises its part from shared memory. One HBM
             read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
-            one CTA's loads overlap another's stores.
+            one CTA's loads overlap another's stores. A tensor within L2 that would need 16-CTA
+            clusters takes the split plan instead (kSplitOverClusterOf16MaxTensorOfL2).
   streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2:
             persistent clusters hold each CTA's part in registers, shared memory (bulk async copies)
             and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in every dtype)
@@ -523,14 +524,24 @@ struct Pointers {
 // accept up to 200 KB (one per SM) rather than leave the plan.
 constexpr int64_t kResidentTargetBytes = 64 * 1024;
 constexpr int64_t kResidentMaxBytes = 200 * 1024;
+// A 16-CTA cluster is non-portable: all 16 CTAs must be placed inside one GPC at once (16-18 SMs on an H100),
+// so such clusters fill the device in coarser, fewer waves than smaller ones. Where the whole tensor fits L2
+// (below this share of it), the split plan's second read comes from L2 and the automatic choice takes it
+// instead: H100, (1,128,8,128,128) and (1,256,256,256) bf16, 32 slices of 1 MB: resident (16 x 64 KB) 51.4
+// and 51.7 us, split 44.0 and 42.5 us (copy 26.7). Clusters of 2-8 keep the resident plan (it measured
+// 1-27% faster than split at every such row of benchmarks/plan_check.py --rows waves).
+constexpr double kSplitOverClusterOf16MaxTensorOfL2 = 0.8;
 template <typename T, int VEC, bool AFFINE, typename Epi>
-bool try_launch_resident(const Pointers<T>& p, const Problem& pr) {
+bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic = false) {
   const DeviceInfo& dev = device_info(pr.device);
   const int64_t bytes = pr.D * static_cast<int64_t>(sizeof(T));
   const int max_cluster = dev.major >= 9 ? 16 : 1;
   int cluster = 1;
   while (cluster < max_cluster && ceil_div(bytes, cluster) > kResidentTargetBytes) cluster *= 2;
   if (ceil_div(bytes, cluster) > std::min<int64_t>(kResidentMaxBytes, dev.max_smem_optin - 2048)) return false;
+  if (automatic && cluster == 16 &&
+      static_cast<double>(pr.slices) * bytes <= kSplitOverClusterOf16MaxTensorOfL2 * static_cast<double>(dev.l2_bytes))
+    return false;
   if (pr.slices * cluster > 0x7fffffff) return false;
   const int64_t part = ceil_div(ceil_div(pr.D, cluster), VEC) * VEC;
   const size_t smem = static_cast<size_t>(part) * sizeof(T);
@@ -712,7 +723,7 @@ template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
   if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE, Epi>(p, pr, opts);
   if (try_launch_small<T, VEC, AFFINE, Epi>(p, pr)) return;
-  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr)) return;
+  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true)) return;
   if (try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, StreamedOptions{})) return;
   launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
 }
