@@ -364,6 +364,26 @@ def test_fused_plan():
     torch.cuda.empty_cache()
 
 
+def test_sixteen_cta_clusters_give_way_to_split_within_l2():
+    """The plan rule from the device's capacities: where the resident plan would need 16-CTA clusters (slices of
+    more than 8 x 64 KB) and the whole tensor fits 80% of L2, the split plan is taken (its second read comes
+    from L2); the same slices in a tensor beyond L2 stay resident; clusters of 8 stay resident within L2."""
+    if not _is_hopper():
+        pytest.skip("thread-block clusters of 16 need sm_90+")
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    slice_elems = 128 * 4096                                   # 1 MB of bf16: 16 x 64 KB parts
+    within = max(1, int(0.8 * l2) // (2 * slice_elems))         # slices that fit 80% of L2
+    x = torch.randn(1, 4 * within, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
+    plan = forward_plan(x, within)
+    assert plan_kind(plan)[0] == "split", plan
+    check_forward(x, within, *make_params(4 * within, "affine", torch.bfloat16, device="cuda"), what=plan)
+    beyond = 2 * within + 8                                     # past L2: one read beats two
+    x = torch.randn(1, 4 * beyond, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
+    assert plan_kind(forward_plan(x, beyond))[0] == "resident", forward_plan(x, beyond)
+    x = torch.randn(1, 4 * within, slice_elems // 8, device="cuda", dtype=torch.bfloat16)  # clusters of 8
+    assert plan_kind(forward_plan(x, within))[0] == "resident", forward_plan(x, within)
+
+
 # -------------------------------------------------------------------------------- KernelBench #35, full size
 
 @pytest.mark.slow
