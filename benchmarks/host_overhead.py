@@ -20,8 +20,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline import extension  # noqa: E402
+from report import save_log  # noqa: E402
 
 # (shape, groups, dtype, channels_last)
 ROWS = [
@@ -127,10 +129,7 @@ def main() -> None:
         log(cpu_table(fns["ours fwd+grad"]))
         log("  profiler, eager fwd+grad (20 calls):")
         log(cpu_table(fns["eager fwd+grad"]))
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "host_overhead.txt"), "w") as f:
-            f.write("\n".join(LOG) + "\n")
+    save_log("host_overhead.txt", LOG)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+from report import save_log  # noqa: E402
 from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
 
 # (shape, groups, dtype, channels_last, activation, direction)
@@ -139,10 +140,7 @@ def main():
             for k, (v, c) in sorted(kt.items(), key=lambda kv: -kv[1][0])[:8]:
                 log(f"      {v:8.1f} us x{c}  {k[:110]}")
         torch._dynamo.reset()
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "profile_rows.txt"), "w") as f:
-            f.write("\n".join(LOG) + "\n")
+    save_log("profile_rows.txt", LOG)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,7 @@
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-benchmarks/results/device}
-export GROUPNORM_INLINE_CACHE_DIR=${GROUPNORM_INLINE_CACHE_DIR:-/tmp/gnc}
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-PYTHON=${PYTHON:-python}
-mkdir -p "$OUT" "$GROUPNORM_INLINE_CACHE_DIR"
-start=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - start )) s"; }
+source benchmarks/device_env.sh
 
 # Three builds at once (the core kernels, the family operator, #94's GEMM kernels: one long nvcc each). The
 # package builds its core kernels when imported, except while Python starts a module with -m; the two other
