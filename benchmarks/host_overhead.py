@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline import extension  # noqa: E402
 from report import save_log  # noqa: E402
+from timing import host_us_per_call  # noqa: E402
 
 # (shape, groups, dtype, channels_last)
 ROWS = [
@@ -40,17 +40,6 @@ LOG: list[str] = []
 def log(text: str = "") -> None:
     print(text, flush=True)
     LOG.append(text)
-
-
-def host_us(fn, calls: int = 300) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def row_functions(shape, groups, dtype, cl):
@@ -124,7 +113,7 @@ def main() -> None:
         log(f"\n## {shape} G{groups} {str(dtype)[6:]} {'channels_last' if cl else 'NCHW'}")
         fns = row_functions(shape, groups, dtype, cl)
         for name, fn in fns.items():
-            log(f"  {name:28s} {host_us(fn):8.1f} us/call")
+            log(f"  {name:28s} {host_us_per_call(fn, calls=300):8.1f} us/call")
         log("  profiler, ours fwd+grad (20 calls):")
         log(cpu_table(fns["ours fwd+grad"]))
         log("  profiler, eager fwd+grad (20 calls):")

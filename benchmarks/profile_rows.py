@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections import defaultdict
 
 import torch
@@ -24,7 +23,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from report import save_log  # noqa: E402
-from timing import L2Flusher, TimingPlan, time_cuda  # noqa: E402
+from timing import L2Flusher, TimingPlan, host_us_per_call, time_cuda  # noqa: E402
 
 # (shape, groups, dtype, channels_last, activation, direction)
 ROWS = [
@@ -101,16 +100,6 @@ def kernel_times(fn, calls=20):
     return {k: (v / calls, count[k] // calls) for k, v in per.items()}
 
 
-def host_time(fn, calls=200):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="")
@@ -129,7 +118,7 @@ def main():
         for name, fn in providers(row, x, w, b).items():
             try:
                 med = time_cuda(fn, plan, flusher).median_ms * 1e3
-                host = host_time(fn)
+                host = host_us_per_call(fn, warmup=1)
                 kt = kernel_times(fn)
             except Exception as exc:  # report, go on
                 log(f"  {name}: ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

@@ -106,6 +106,19 @@ def time_cuda(fn: Callable[[], object], plan: TimingPlan, flusher: L2Flusher | N
     return _summarise([s.elapsed_time(e) for s, e in zip(starts, ends)], flusher is not None)
 
 
+def host_us_per_call(fn: Callable[[], object], calls: int = 200, warmup: int = 10) -> float:
+    """Microseconds per call of `fn` queued back to back, with one synchronize at the end: where the GPU is idle
+    most of the time (small kernels), the host's time per call (Python, dispatch, autograd, launches)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def time_cpu(fn: Callable[[], object], plan: TimingPlan) -> Timing:
     """Median/mean/min wall time per call of a CPU function (no L2 flush: the CPU smoke mode only checks
     that the pipeline runs end to end, its numbers mean little)."""
