@@ -791,6 +791,17 @@ inline bool resident_path_disabled() {
   return disabled;
 }
 
+// Largest CTA the resident path sizes (kResidentThreads); GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a
+// power of two) lowers it for benchmarks. Read once per process.
+inline int resident_max_threads() {
+  static const int threads = [] {
+    const char* v = std::getenv("GROUPNORM_INLINE_RESIDENT_BWD_THREADS");
+    const int n = v ? std::atoi(v) : 0;
+    return (n >= 64 && n <= kResidentThreads && (n & (n - 1)) == 0) ? n : kResidentThreads;
+  }();
+  return threads;
+}
+
 template <typename T, typename Epi>
 bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptions& acc_opts, int device,
                        cudaStream_t stream) {
@@ -817,7 +828,7 @@ bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptio
   if (smem > std::min<int64_t>(kResidentBwdMaxBytes, dev.max_smem_optin - 2048)) return false;
   if (slices * cluster > 0x7fffffff) return false;
   int threads = 64;  // enough for kUnroll vectors of each tensor in flight per thread; 64..512
-  while (threads < kResidentThreads && static_cast<int64_t>(threads) * V * kUnroll < part) threads *= 2;
+  while (threads < resident_max_threads() && static_cast<int64_t>(threads) * V * kUnroll < part) threads *= 2;
   auto kernel = resident_backward<T, V, Epi>;
   if (gn_inline::max_active_clusters(reinterpret_cast<const void*>(kernel), device, cluster, threads,
                                      static_cast<size_t>(smem)) < 1)
