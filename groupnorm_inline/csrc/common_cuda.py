@@ -58,11 +58,6 @@ struct ParamRef {
     TORCH_INTERNAL_ASSERT(!narrow || t.scalar_type() == c10::CppTypeToScalarType<T>::value);
     return {t.data_ptr(), narrow};
   }
-  // Whether `t` can be read in place: its dtype is the compute type or T.
-  static bool takes(const at::Tensor& t) {
-    return t.scalar_type() == c10::CppTypeToScalarType<C>::value ||
-           t.scalar_type() == c10::CppTypeToScalarType<T>::value;
-  }
   __host__ __device__ explicit operator bool() const { return ptr != nullptr; }
   __host__ __device__ ParamRef operator+(int64_t i) const {
     return {narrow ? static_cast<const void*>(static_cast<const T*>(ptr) + i)

@@ -698,8 +698,9 @@ inline ShortPlan make_short_plan(int64_t slices, int64_t D, int64_t N, int64_t C
   return p;
 }
 
-// Pointers and sizes of one backward call. x, dy: contiguous (N, C, HW); w, b: (C,) in the compute type or
-// null; mean, rstd: (N, G); dx, dw, db: outputs or null when not asked for; act: the forward's activation.
+// Pointers and sizes of one backward call. x, dy: contiguous (N, C, HW); w, b: (C,) in the compute type or T,
+// or null; mean, rstd: (N, G); dx: output or null when not asked for; dw, db: outputs in the compute type or T,
+// or null; act: the forward's activation.
 template <typename T>
 struct Problem {
   using A = typename Acc<T>::type;
@@ -908,8 +909,8 @@ void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t 
   }
 }
 
-// x, dy: (N, C, *) contiguous; w, bias: (C,) in the compute type or undefined; act: the forward's activation
-// (plain GroupNorm runs the Identity instantiation, any activation the Runtime one).
+// x, dy: (N, C, *) contiguous; w, bias: (C,) in the compute type or T, or undefined; dw, db likewise; act: the
+// forward's activation (plain GroupNorm runs the Identity instantiation, any activation the Runtime one).
 template <typename T>
 void run_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w, const at::Tensor& bias,
                   const at::Tensor& mean, const at::Tensor& rstd, int64_t G, at::Tensor& dx, at::Tensor& dw,
