@@ -792,15 +792,34 @@ inline bool resident_path_disabled() {
   return disabled;
 }
 
-// Largest CTA the resident path sizes (kResidentThreads); GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a
-// power of two) lowers it for benchmarks. Read once per process.
-inline int resident_max_threads() {
-  static const int threads = [] {
-    const char* v = std::getenv("GROUPNORM_INLINE_RESIDENT_BWD_THREADS");
-    const int n = v ? std::atoi(v) : 0;
-    return (n >= 64 && n <= kResidentThreads && (n & (n - 1)) == 0) ? n : kResidentThreads;
-  }();
-  return threads;
+// GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a power of two): the largest CTA the resident path may size,
+// in place of the automatic choice below (benchmarks); 0 when unset. Read on every call (~0.1 us) so that one
+// process can alternate settings call by call (benchmarks/resident_threads_check.py).
+inline int resident_threads_override() {
+  const char* v = std::getenv("GROUPNORM_INLINE_RESIDENT_BWD_THREADS");
+  const int n = v ? std::atoi(v) : 0;
+  return (n >= 64 && n <= kResidentThreads && (n & (n - 1)) == 0) ? n : 0;
+}
+
+// Threads per CTA of the resident path: enough for kUnroll vectors of each tensor in flight per thread (64..512),
+// then halved from 512 to 256 when that lets at least 1.5x as many CTAs share an SM, i.e. when the registers of
+// 512-thread CTAs, not the parts in shared memory, bound the CTAs per SM (the kernel takes ~60 registers a
+// thread in float32/float16, ~120 in bfloat16). More CTAs per SM overlap one CTA's loads with another's
+// stores. H100, operator time at 256 / 512 threads (resident_threads_check.py): float32 (128,64,126,126) 0.83,
+// (16,128,96,96) 0.98, (32,256,64,64) 1.01; bfloat16 (64,128,128,128) 0.70, (32,256,64,64) 0.79; where shared
+// memory already bounds them at two per SM the halving only loses: (8,320,64,64) fp32 1.13, (2,320,128,128)
+// fp16 1.11 (kept at 512 by the rule).
+inline int resident_threads(const void* kernel, int device, int64_t part, int vec, size_t smem) {
+  const int cap = resident_threads_override() ? resident_threads_override() : kResidentThreads;
+  int threads = 64;
+  while (threads < cap && static_cast<int64_t>(threads) * vec * kUnroll < part) threads *= 2;
+  if (resident_threads_override() || threads != kResidentThreads) return threads;
+  // Sets the kernel's launch attributes (the shared-memory opt-in) first: without them the occupancy query
+  // would count no CTA with more than 48 KB of dynamic shared memory.
+  gn_inline::max_active_clusters(kernel, device, 1, kResidentThreads, smem);
+  const int at_full = gn_inline::resident_ctas_per_sm(kernel, device, kResidentThreads, smem);
+  const int at_half = gn_inline::resident_ctas_per_sm(kernel, device, kResidentThreads / 2, smem);
+  return 2 * at_half >= 3 * at_full ? kResidentThreads / 2 : kResidentThreads;
 }
 
 template <typename T, typename Epi>
@@ -828,9 +847,9 @@ bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptio
   const int64_t smem = 2 * part * static_cast<int64_t>(sizeof(T)) + chan_bytes;
   if (smem > std::min<int64_t>(kResidentBwdMaxBytes, dev.max_smem_optin - 2048)) return false;
   if (slices * cluster > 0x7fffffff) return false;
-  int threads = 64;  // enough for kUnroll vectors of each tensor in flight per thread; 64..512
-  while (threads < resident_max_threads() && static_cast<int64_t>(threads) * V * kUnroll < part) threads *= 2;
   auto kernel = resident_backward<T, V, Epi>;
+  const int threads = resident_threads(reinterpret_cast<const void*>(kernel), device, part, V,
+                                       static_cast<size_t>(smem));
   if (gn_inline::max_active_clusters(reinterpret_cast<const void*>(kernel), device, cluster, threads,
                                      static_cast<size_t>(smem)) < 1)
     return false;
