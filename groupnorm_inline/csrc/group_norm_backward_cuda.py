@@ -810,10 +810,11 @@ inline int resident_threads_override() {
 // memory already bounds them at two per SM the halving only loses: (8,320,64,64) fp32 1.13, (2,320,128,128)
 // fp16 1.11 (kept at 512 by the rule).
 inline int resident_threads(const void* kernel, int device, int64_t part, int vec, size_t smem) {
-  const int cap = resident_threads_override() ? resident_threads_override() : kResidentThreads;
+  const int forced = resident_threads_override();
+  const int cap = forced ? forced : kResidentThreads;
   int threads = 64;
   while (threads < cap && static_cast<int64_t>(threads) * vec * kUnroll < part) threads *= 2;
-  if (resident_threads_override() || threads != kResidentThreads) return threads;
+  if (forced || threads != kResidentThreads) return threads;
   // Sets the kernel's launch attributes (the shared-memory opt-in) first: without them the occupancy query
   // would count no CTA with more than 48 KB of dynamic shared memory.
   gn_inline::max_active_clusters(kernel, device, 1, kResidentThreads, smem);
