@@ -11,7 +11,7 @@
 #   clsanitizer  compute-sanitizer memcheck over channels_last_check.py --small (forward and backward)
 #   rows       benchmarks/profile_rows.py over $PROFILE_ROWS (kernels of ours, eager, compile per row)
 #   sanitizer  compute-sanitizer memcheck on the family's small CUDA tests (pooled input, input_bias,
-#              channels_last input, the transpose)
+#              channels_last input, pooled channels_last input, channel moments, the transpose)
 #   bnstats    BatchNorm statistics of #11's convolution output: torch.var_mean against torch.batch_norm_stats
 #   profile    benchmarks/profile_family.py over $PROFILE_PROBLEMS (default: the convolution problems)
 #   check      benchmarks/check_kernelbench_family.py --no-compile over $CHECK_PROBLEMS (default: all)
@@ -63,7 +63,7 @@ for step in "$@"; do
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" -m pytest \
             tests/test_kernelbench_family.py -m cuda -q -p no:cacheprovider \
-            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel" \
+            -k "pooled_input or (input_bias and float32) or (channels_last_input and dtype0) or to_channels_last or conv3d or direct_kernel or (pooled_channels_last and not 512x64) or channel_moments" \
             2>&1 | tail -n 20 | tee "$OUT/sanitizer-family.txt"
         echo "compute-sanitizer exit: $?" | tee -a "$OUT/sanitizer-family.txt" ;;
     bnstats)

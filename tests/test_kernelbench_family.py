@@ -660,6 +660,84 @@ def test_channels_last_input(case, chain, dtype, device, poisoned_outputs):
         assert_close_report(got.double(), z, atol=2e-4, rtol=2e-4, what=f"against float64: {what}")
 
 
+# (shape, groups, pool): 64 channels with odd H and W (floor); one channel per group with a 3 x 3 window (the
+# kernel's runtime window); 24 channels (whole half vectors, 3 groups); 12 channels (half precision reads a
+# contiguous copy); 2048 channels (48 KB of pooled values); 512 x 32 x 32 pooled values, more than shared memory
+# holds (a contiguous copy).
+CL_POOL_SHAPES = [((3, 64, 37, 41), 8, 2), ((2, 48, 9, 7), 48, 3), ((2, 24, 6, 50), 3, 2), ((2, 12, 9, 11), 4, 2),
+                  ((1, 2048, 4, 6), 32, 2), ((1, 512, 64, 64), 16, 2)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CL_POOL_SHAPES, ids=lambda c: "x".join(map(str, c[0])) + f"-G{c[1]}-k{c[2]}")
+def test_pooled_channels_last_input(case, dtype, device, poisoned_outputs):
+    """#11's chain (BatchNorm + tanh prologue, k x k max-pool on the read, input bias) on a channels_last input: a
+    channels_last output with the contiguous input's values (the slice path's pooled kernels) and the float64
+    reference's (float32); x unchanged, outputs poisoned."""
+    shape, groups, pool = case
+    channels = shape[1]
+    gen = torch.Generator().manual_seed(37)
+    x = _cl((torch.randn(shape, generator=gen) * 0.5 + 3.0).to(device, dtype))
+    b = (torch.randn(channels, generator=gen) * 0.1).to(device, dtype)
+    bn = [torch.randn(channels, generator=gen) * 0.2 + 3.0, torch.rand(channels, generator=gen) + 0.5,
+          torch.randn(channels, generator=gen), torch.randn(channels, generator=gen) * 0.1]
+    gn = torch.nn.GroupNorm(groups, channels)
+    with torch.no_grad():
+        gn.weight.copy_(torch.randn(channels, generator=gen))
+        gn.bias.copy_(torch.randn(channels, generator=gen))
+    gn = gn.to(device, dtype)
+    vectors = [v.to(device) for v in bn]
+    before = x.clone()
+    got = family.group_norm_chain(x, gn, prologue="batch_norm_tanh", prologue_vectors=vectors, input_pool=pool,
+                                  input_bias=b)
+    plain = family.group_norm_chain(x.contiguous(), gn, prologue="batch_norm_tanh", prologue_vectors=vectors,
+                                    input_pool=pool, input_bias=b)
+    assert torch.equal(x, before)
+    pooled_shape = (shape[0], channels, shape[2] // pool, shape[3] // pool)
+    assert got.dtype == dtype and got.shape == pooled_shape and _is_cl(got)
+    what = f"{shape} G{groups} k{pool} {dtype} {device}"
+    unit = {torch.float32: 2e-5, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}[dtype]
+    tol = 0 if device == "cpu" else unit  # CUDA: two-pass statistics in shared memory against shifted sums
+    assert_close_report(got.float(), plain.float(), atol=tol, rtol=tol, what=f"against the contiguous input: {what}")
+    if dtype == torch.float32:
+        r = lambda v: v.double().cpu().reshape(channels, 1, 1)  # noqa: E731
+        v = x.double().cpu() + r(b)
+        v = torch.tanh((v - r(bn[0])) * r(bn[1]) * r(bn[2]) + r(bn[3]))
+        z = torch.nn.functional.group_norm(torch.nn.functional.max_pool2d(v, pool), groups,
+                                           gn.weight.double().cpu(), gn.bias.double().cpu(), gn.eps)
+        assert_close_report(got.double().cpu(), z, atol=2e-4, rtol=2e-4, what=f"against float64: {what}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.parametrize("shape", [(5, 64, 13, 11), (2, 16, 3, 9, 7), (3, 24, 1, 1), (2, 12, 5, 3), (1, 2048, 2, 3)])
+def test_channel_moments(shape, layout, dtype, device, poisoned_outputs):
+    """channel_moments (the BatchNorm statistics of #11): each channel's mean and biased variance over the other
+    dimensions, |mean| = 300 x the spread, against float64; CUDA channels_last inputs of whole 16-byte channel
+    vectors take the kernel, the others PyTorch's var_mean; x unchanged."""
+    gen = torch.Generator().manual_seed(41)
+    x = (torch.randn(shape, generator=gen) * 0.5 + 150.0).to(device, dtype)
+    if layout == "channels_last":
+        x = _cl(x)
+    before = x.clone()
+    got = family._family_ops.channel_moments(x)
+    assert torch.equal(x, before)
+    dims = [0] + list(range(2, x.dim()))
+    var, mean = torch.var_mean(x.double(), dim=dims, unbiased=False)
+    assert got.dtype == torch.float32 and got.shape == (2, shape[1])
+    what = f"{shape} {layout} {dtype} {device}"
+    assert_close_report(got[0].double(), mean, atol=0, rtol=2e-6, what=f"mean: {what}")
+    # float32 accumulation of values near 150 (PyTorch's var_mean) keeps the variance to ~1e-4 of itself.
+    assert_close_report(got[1].double(), var, atol=0, rtol=1e-3, what=f"variance: {what}")
+
+
+def test_channel_moments_rejects_vectors():
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        family._family_ops.channel_moments(torch.ones(5))
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64])
 @pytest.mark.parametrize("shape", [(2, 64, 33, 35), (1, 40, 3, 5, 7), (3, 31, 4, 4), (0, 32, 2, 2), (2, 33, 1, 65)])

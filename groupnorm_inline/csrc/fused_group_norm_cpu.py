@@ -56,6 +56,9 @@ FAMILY_SCHEMA = ("fused_group_norm(Tensor x, int num_groups, Tensor weight, Tens
 # x (N, C, *) in contiguous format -> the same values in channels_last (4-D) / channels_last_3d (5-D) memory format:
 # the input of a channels_last convolution (on CUDA one tiled transpose, faster than PyTorch's copy for C >= 32).
 TO_CHANNELS_LAST_SCHEMA = "to_channels_last(Tensor x) -> Tensor"
+# x (N, C, *) -> (2, C) float32: each channel's mean and biased variance over the other dimensions (a BatchNorm's
+# batch statistics; on CUDA one read of a channels_last x).
+CHANNEL_MOMENTS_SCHEMA = "channel_moments(Tensor x) -> Tensor"
 
 # The functor codes (ProOf/EpiOf below) and output codes are named in groupnorm_inline/problems/family.py.
 
@@ -63,6 +66,8 @@ FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/conv3d.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/var_mean.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
@@ -362,13 +367,13 @@ GN_HD void round_stats(int mode, float& mean, float& rstd) {
     rstd = rnd<T>(rstd);
   }
 }
-enum Path : int { kSlicePath = 1, kRowsPath = 2, kChannelsLastPath = 4 };
+enum Path : int { kSlicePath = 1, kRowsPath = 2, kChannelsLastPath = 4, kPooledChannelsLastPath = 8 };
 
 // The chains built, X(prologue, epilogue, paths): the slice path (statistics over (n, g) slices of any size,
 // every output but min_channels) for the convolution problems, the rows path (2-D x, a warp per (row, group),
 // outputs store and min_channels) for the GEMM problems. Plain GroupNorm (0, 0) takes both.
 #define GN_FAMILY_CHAINS(X) \
-  X(0, 0, 7) X(6, 0, 1) X(2, 0, 5) X(5, 0, 1) X(3, 0, 1) X(4, 1, 5) X(1, 0, 5) X(0, 3, 1) X(0, 4, 1) \
+  X(0, 0, 7) X(6, 0, 9) X(2, 0, 5) X(5, 0, 1) X(3, 0, 1) X(4, 1, 5) X(1, 0, 5) X(0, 3, 1) X(0, 4, 1) \
   X(0, 2, 2) X(7, 0, 2) X(0, 5, 2) X(0, 6, 2) X(8, 0, 2)
 
 inline int chain_paths(int64_t pro, int64_t epi) {
@@ -424,6 +429,17 @@ inline std::vector<int64_t> output_shape(const at::Tensor& x, const Problem& p) 
 inline bool is_channels_last_dense(const at::Tensor& x) {
   return (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
          (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+}
+
+// channel_moments by PyTorch's var_mean in float32 (the CPU op; on CUDA the inputs its kernels do not take):
+// (2, C), each channel's mean and biased variance over the other dimensions of x (N, C, *).
+inline at::Tensor channel_moments_var_mean(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() >= 2, gn_inline_msg::cat("channel_moments: expected an input of at least 2 dimensions (N, C, *), "
+                                               "got shape ", gn_inline_msg::shape(x.sizes())));
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  const auto [var, mean] = at::var_mean(x.to(at::kFloat), dims, /*correction=*/0, /*keepdim=*/false);
+  return at::stack({mean, var});
 }
 
 // The layouts the operator reads: contiguous, or channels_last (4-D) / channels_last_3d (5-D) dense.
@@ -653,18 +669,23 @@ at::Tensor fused_group_norm_cpu(const at::Tensor& x_in, int64_t num_groups, cons
 
 at::Tensor to_channels_last_cpu(const at::Tensor& x) { return x.contiguous(channels_last_format_of(x)); }
 
+at::Tensor channel_moments_cpu(const at::Tensor& x) { return channel_moments_var_mean(x); }
+
 }  // namespace gn_family
 
 TORCH_LIBRARY(GN_NAMESPACE, m) {
   m.def("@FAMILY_SCHEMA@");
   m.def("@TO_CHANNELS_LAST_SCHEMA@");
+  m.def("@CHANNEL_MOMENTS_SCHEMA@");
   m.def("@CONV3D_DIRECT_SCHEMA@");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CPU, m) {
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cpu);
   m.impl("to_channels_last", &gn_family::to_channels_last_cpu);
+  m.impl("channel_moments", &gn_family::channel_moments_cpu);
   m.impl("conv3d_direct", &gn_conv::conv3d_direct_cpu);
 }
 """.replace("@FAMILY_SCHEMA@", FAMILY_SCHEMA).replace("@TO_CHANNELS_LAST_SCHEMA@", TO_CHANNELS_LAST_SCHEMA).replace(
+    "@CHANNEL_MOMENTS_SCHEMA@", CHANNEL_MOMENTS_SCHEMA).replace(
     "@CONV3D_DIRECT_SCHEMA@", CONV3D_DIRECT_SCHEMA)

@@ -22,6 +22,14 @@ cut into parts of ~8192 values (plan_parts), one work item each; a grid of SMs x
   input_pool > 1 (#11): `pooled_stats_kernel` / `pooled_store_kernel` over parts of ~2048 pooled values of a group
      (its rows are contiguous), walked by a machine-filling grid; scalar loads, k * k per pooled value.
 
+Channels-last paths (x (N, *, C) from a channels_last convolution, store output in that layout):
+  unpooled  `cl_stats_kernel` (per (n, chunk of positions) item, a thread per 16 bytes of channels) ->
+            `group_stats_kernel` -> `cl_store_kernel`: x read twice, out written once;
+  pooled    `cl_pooled_kernel` (#11 in float32): a CTA per sample holds its pooled values in shared memory,
+            takes each group's mean and centred sum of squares there and writes the output: x read once.
+`channel_moments` (a BatchNorm's batch statistics of a channels_last x) reuses `cl_stats_kernel` with one group per
+channel.
+
 Rows path (the GEMM problems: x (N, C), slices of cpg contiguous values): `rows_kernel`, one CTA per row, each
 warp takes groups warp, warp + 8, ...; a lane holds the values lane, lane + 32, ... of the group in registers
 (PER of them: cpg <= 64 -> 2, <= 512 -> 16; wider groups take three sweeps over global memory), so x is read
@@ -574,6 +582,196 @@ __global__ void __launch_bounds__(kThreads) cl_store_kernel(const T* __restrict_
   }
 }
 
+// ------------------------------------------------------------------ pooled channels-last path (input_pool = k > 1)
+// x (N, H, W, C) in memory (#11's channels_last convolution output); the GroupNorm input is the k x k max-pool of
+// the prologue's values; the output (N, C, H/k, W/k) is channels_last too. One CTA per sample at a time, the
+// samples from the last (the batch-norm statistics pass before the operator leaves its last rows in L2):
+//   1. the sample's pooled values into shared memory ([S][C] floats), a thread per (pooled position, V channels)
+//      per step, the window's k * k 16-byte loads (two positions' worth for k = 2) issued before any is used;
+//   2. per group the mean, then the sum of squares about it, both over shared memory (two passes: exact where a
+//      one-pass shifted sum loses digits), warps over (group, slab of positions) units whose float64 partials add
+//      in a fixed order;
+//   3. the output from shared memory, 16-byte streaming stores.
+// x is read once and out written once (the slice path's pooled kernels read x twice, with scalar loads). The
+// pooled sample must fit shared memory: 148 KB for #11's 128 channels x 17 x 17 float32.
+constexpr int kClPoolThreads = 1024;
+constexpr int kClPoolWarps = kClPoolThreads / 32;
+constexpr int64_t kClPoolMaxUnits = 1024;  // (group, slab) partials per pass: at most 8 KB of shared memory
+
+// Position slabs per group: enough units for every warp, at most kClPoolMaxUnits partials, at most S.
+inline int64_t cl_pool_slabs(int64_t G, int64_t S) {
+  return std::max<int64_t>(1, std::min<int64_t>({kClPoolWarps, kClPoolMaxUnits / G, S}));
+}
+
+// Shared memory of one CTA: the pooled sample, the partials of one pass, the per-group (mean, rstd).
+inline size_t cl_pool_smem_bytes(const Problem& p) {
+  return static_cast<size_t>(p.S * p.C) * sizeof(float) + static_cast<size_t>(p.G * cl_pool_slabs(p.G, p.S)) *
+         sizeof(double) + static_cast<size_t>(p.G) * sizeof(float2);
+}
+
+// Sum over group g's values of f(v) (units of `slabs` position slabs, the warp's lanes over each slab's
+// (position, channel) pairs); the float64 total of group g in part[g * slabs .. + slabs) after the barrier.
+template <class F>
+__device__ __forceinline__ void cl_pool_group_pass(const float* pooled, int S, int C, int G, int cpg, int slabs,
+                                                   double* part, F f) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int u = warp; u < G * slabs; u += kClPoolWarps) {
+    const int g = u / slabs, slab = u - g * slabs;
+    const int s_begin = static_cast<int>(static_cast<int64_t>(S) * slab / slabs);
+    const int s_end = static_cast<int>(static_cast<int64_t>(S) * (slab + 1) / slabs);
+    const float* base = pooled + g * cpg;
+    float acc = 0.0f;
+    for (int j = lane; j < (s_end - s_begin) * cpg; j += 32) {
+      const int ds = j / cpg;
+      acc += f(g, base[(s_begin + ds) * C + (j - ds * cpg)]);
+    }
+    const double total = gn_inline::warp_sum(static_cast<double>(acc));
+    if (lane == 0) part[u] = total;
+  }
+  __syncthreads();
+}
+
+template <typename T, class Pro, class Epi, int K>
+__global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __restrict__ x, const Problem p,
+                                                                   int slabs, T* __restrict__ out) {
+  constexpr int V = gn_inline::vec16<T>();
+  constexpr int kPer = K == 2 ? 2 : 1;  // pooled vectors per thread per step (their loads in flight together)
+  extern __shared__ float4 cl_pool_smem[];
+  const int S = static_cast<int>(p.S), C = static_cast<int>(p.C), G = static_cast<int>(p.G);
+  const int cpg = static_cast<int>(p.cpg), W = static_cast<int>(p.W), OW = static_cast<int>(p.W / p.in_pool);
+  const int k = K > 0 ? K : static_cast<int>(p.in_pool);
+  const int tpr = C / V, vectors = S * tpr;
+  float* pooled = reinterpret_cast<float*>(cl_pool_smem);          // [S][C]
+  double* part = reinterpret_cast<double*>(pooled + S * C);        // [G][slabs]; S * C * 4 is a multiple of 16
+  float2* gstat = reinterpret_cast<float2*>(part + G * slabs);     // [G] (mean, rstd)
+  const Pro pro(p.args, 0, 0);
+  const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
+  const bool fused = (p.stats_mode & kFusedAffine) != 0;
+  const float* gw = p.args.vec[kMaxVectors - 2];
+  const float* gb = p.args.vec[kMaxVectors - 1];
+  const double count = static_cast<double>(cpg) * S;
+  for (int64_t it = blockIdx.x; it < p.N; it += gridDim.x) {
+    const int64_t n = p.N - 1 - it;
+    const T* xn = x + n * p.S_in * p.C;
+    // 1. pooled values
+    for (int i0 = threadIdx.x; i0 < vectors; i0 += kPer * kClPoolThreads) {
+      Vec16<T> buf[kPer][K > 0 ? K * K : 1];
+      int where[kPer];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int i = i0 + u * kClPoolThreads;
+        const int s = i / tpr, c0 = (i - s * tpr) * V, oh = s / OW;
+        where[u] = i < vectors ? ((oh * k) * W + (s - oh * OW) * k) * C + c0 : -1;
+        if constexpr (K > 0) {
+          if (where[u] >= 0) {
+#pragma unroll
+            for (int a = 0; a < K; ++a)
+#pragma unroll
+              for (int b = 0; b < K; ++b) buf[u][a * K + b] = load16<T, true>(xn + where[u] + (a * W + b) * C);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        if (where[u] < 0) continue;
+        const int i = i0 + u * kClPoolThreads;
+        const int s = i / tpr, c0 = (i - s * tpr) * V;
+        float m[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) m[j] = -INFINITY;
+        if constexpr (K > 0) {
+#pragma unroll
+          for (int w = 0; w < K * K; ++w)
+#pragma unroll
+            for (int j = 0; j < V; ++j) m[j] = maximum_nan(m[j], pro(static_cast<float>(buf[u][w].v[j]), c0 + j));
+        } else {
+          for (int a = 0; a < k; ++a)
+            for (int b = 0; b < k; ++b) {
+              const Vec16<T> v = load16<T, true>(xn + where[u] + (a * W + b) * C);
+#pragma unroll
+              for (int j = 0; j < V; ++j) m[j] = maximum_nan(m[j], pro(static_cast<float>(v.v[j]), c0 + j));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) pooled[s * C + c0 + j] = m[j];
+      }
+    }
+    __syncthreads();
+    // 2. statistics: the mean, then the sum of squares about it
+    cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [](int, float v) { return v; });
+    if (threadIdx.x < G) {
+      double a = 0.0;
+      for (int j = 0; j < slabs; ++j) a += part[threadIdx.x * slabs + j];
+      gstat[threadIdx.x].x = static_cast<float>(a / count);
+    }
+    __syncthreads();
+    cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [gstat](int g, float v) {
+      const float d = v - gstat[g].x;
+      return d * d;
+    });
+    if (threadIdx.x < G) {
+      double b = 0.0;
+      for (int j = 0; j < slabs; ++j) b += part[threadIdx.x * slabs + j];
+      // rsqrtf of the float32 variance plus eps, as group_stats_kernel (PyTorch's CUDA GroupNorm).
+      float mean = gstat[threadIdx.x].x;
+      float rstd = rsqrtf(static_cast<float>(b / count) + p.eps);
+      round_stats<T>(p.stats_mode, mean, rstd);
+      gstat[threadIdx.x] = make_float2(mean, rstd);
+    }
+    __syncthreads();
+    // 3. the output (the same layout as x)
+    T* on = out + n * p.S * p.C;
+    for (int i = threadIdx.x; i < vectors; i += kClPoolThreads) {
+      const int s = i / tpr, c0 = (i - s * tpr) * V;
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int c = c0 + j;
+        const float2 st = gstat[c / cpg];
+        const ChannelAffine aff(st.x, st.y, gw[c], gb[c], fused);
+        o.v[j] = static_cast<T>(epi(rnd<T>(aff(pooled[s * C + c])), c));
+      }
+      gn_inline::store_vec_streaming(on + static_cast<int64_t>(s) * C + c0, o);
+    }
+    __syncthreads();  // the next sample rewrites pooled and gstat
+  }
+}
+
+// ------------------------------------------------------------------ per-channel moments (BatchNorm statistics)
+// mean and biased variance per channel of a channels_last x (N, S, C) over its N * S positions: cl_stats_kernel with
+// one channel per group (partials per (n, c, chunk), shifted by x[n, 0, c]), then a warp per channel re-centres each
+// sample's sums on x[0, 0, c] and adds them in float64 (lanes over samples, a fixed order). out (2, C): mean, var.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) channel_moments_kernel(const T* __restrict__ x, int64_t N, int64_t S,
+                                                                   int64_t C, int64_t chunks,
+                                                                   const double2* __restrict__ partial,
+                                                                   float* __restrict__ out) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (c >= C) return;  // whole warps leave together
+  const double pivot = static_cast<double>(static_cast<float>(x[c]));
+  const double rows = static_cast<double>(S);
+  double A = 0.0, B = 0.0;  // sums of (v - pivot) and (v - pivot)^2
+  for (int64_t n = lane; n < N; n += 32) {
+    const double d = static_cast<double>(static_cast<float>(x[n * S * C + c])) - pivot;  // shift of (n, c) - pivot
+    double a = 0.0, b = 0.0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const double2 q = partial[(n * C + c) * chunks + k];
+      a += q.x;
+      b += q.y;
+    }
+    A += a + rows * d;
+    B += b + d * (2.0 * a + rows * d);
+  }
+  A = gn_inline::warp_sum(A);
+  B = gn_inline::warp_sum(B);
+  if (lane == 0) {
+    const double count = static_cast<double>(N) * rows, m = A / count;
+    out[c] = static_cast<float>(pivot + m);
+    out[C + c] = static_cast<float>(fmax(B / count - m * m, 0.0));
+  }
+}
+
 // x (N, C, S) contiguous -> out (N, S, C) through shared memory, tiles of 32 channels x 128 positions: each warp
 // reads rows of 128 positions (four 128-byte requests of float32) and writes, per position, the tile's 32 channels
 // (one 128-byte request); 16 loads in flight per thread (a 32 x 32 tile with 4 per thread ran at 0.6x the copy
@@ -853,6 +1051,48 @@ void launch_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& o
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The pooled channels-last path: one launch, a CTA per sample at a time (as many as fit the device at once).
+template <typename T, class Pro, class Epi>
+void launch_pooled_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const size_t smem = cl_pool_smem_bytes(p);
+  const int slabs = static_cast<int>(cl_pool_slabs(p.G, p.S));
+  auto* kernel = p.in_pool == 2 ? &cl_pooled_kernel<T, Pro, Epi, 2> : &cl_pooled_kernel<T, Pro, Epi, 0>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const int per_sm = std::max(1, gn_inline::resident_ctas_per_sm(reinterpret_cast<const void*>(kernel), device,
+                                                                  kClPoolThreads, smem));
+  const int64_t grid = std::min<int64_t>(p.N, static_cast<int64_t>(family_sm_count(device)) * per_sm);
+  kernel<<<static_cast<unsigned>(grid), kClPoolThreads, smem, stream>>>(x_t.data_ptr<T>(), p, slabs,
+                                                                        out_t.data_ptr<T>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Shared memory one CTA of `device` may take (the opt-in maximum), asked once per device.
+inline int64_t family_smem_optin(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int bytes = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (device >= 0 && device < 64) cached[device] = bytes;
+  return bytes;
+}
+
+// Whether the pooled channels-last kernel takes x as it is: a 4-D channels_last (not also contiguous) input, a chain
+// built for it, the store output of a pooled input, whole 16-byte vectors of channels at 16-byte aligned rows, a
+// sample of fewer than 2^31 elements (32-bit offsets inside it) and its pooled values within shared memory.
+inline bool takes_pooled_channels_last(const at::Tensor& x, const Problem& p, int64_t pro, int64_t epi) {
+  if (x.dim() != 4 || x.is_contiguous() || !is_channels_last_dense(x)) return false;
+  if ((chain_paths(pro, epi) & kPooledChannelsLastPath) == 0 || p.output != kStore || p.in_pool <= 1) return false;
+  const int64_t vec = static_cast<int64_t>(16 / x.element_size());
+  if (p.C % vec != 0 || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0 || p.S_in * p.C >= (int64_t{1} << 31))
+    return false;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  return static_cast<int64_t>(cl_pool_smem_bytes(p)) <= family_smem_optin(device);
+}
+
 // Whether the channels-last kernels take x as it is: a channels_last (not also contiguous) input, a chain built for
 // them, the store output of an unpooled input, whole 16-byte vectors of channels at 16-byte aligned rows, and the
 // column sums of an item within shared memory. Otherwise the operator reads a contiguous copy.
@@ -867,6 +1107,9 @@ template <typename T, int P, int E, int PATHS>
 void run_cuda(const at::Tensor& x, const Problem& p, at::Tensor& out, cudaStream_t stream) {
   using Pro = WithInputBias<typename ProOf<P, T>::type, T>;
   using Epi = typename EpiOf<E, T>::type;
+  if constexpr ((PATHS & kPooledChannelsLastPath) != 0) {
+    if (p.channels_last && p.in_pool > 1) return launch_pooled_channels_last<T, Pro, Epi>(x, p, out, stream);
+  }
   if constexpr ((PATHS & kChannelsLastPath) != 0) {
     if (p.channels_last) return launch_channels_last<T, Pro, Epi>(x, p, out, stream);
   }
@@ -901,7 +1144,8 @@ at::Tensor fused_group_norm_cuda(const at::Tensor& x_in, int64_t num_groups, con
   std::vector<at::Tensor> keep;
   Problem p = prepare(x_in, num_groups, weight, bias, eps, prologue, epilogue, vectors, scalars, input_pool,
                       output, output_pool, stats_mode, input_bias, keep);
-  p.channels_last = takes_channels_last(x_in, p, prologue, epilogue);
+  p.channels_last = takes_channels_last(x_in, p, prologue, epilogue) ||
+                    takes_pooled_channels_last(x_in, p, prologue, epilogue);
   // A channels_last input the channels-last kernels do not take is read through a contiguous copy.
   const at::Tensor x = p.channels_last ? x_in : x_in.contiguous();
   at::Tensor out = at::empty(output_shape(x, p),
@@ -915,6 +1159,46 @@ at::Tensor fused_group_norm_cuda(const at::Tensor& x_in, int64_t num_groups, con
   }
   // A store output keeps the input's layout on every path (a contiguous copy's result is converted back).
   if (p.output == kStore && !p.channels_last && !x_in.is_contiguous()) return out.contiguous(x_in.suggest_memory_format());
+  return out;
+}
+
+// channel_moments: (2, C) float32, the mean and biased variance of each channel of x (N, C, *) over its other
+// dimensions (a BatchNorm's batch statistics). A channels_last x of whole 16-byte channel vectors (at most
+// kClMaxChannels) runs cl_stats_kernel + channel_moments_kernel, one read; any other x PyTorch's var_mean in float32.
+at::Tensor channel_moments_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda(), "channel_moments_cuda: expected a CUDA tensor");
+  const at::ScalarType t = x.scalar_type();
+  if (!((t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && x.numel() > 0 && !x.is_contiguous() &&
+        is_channels_last_dense(x) && x.size(1) % (16 / x.element_size()) == 0 && x.size(1) <= kClMaxChannels &&
+        reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0))
+    return channel_moments_var_mean(x);
+  const int64_t N = x.size(0), C = x.size(1);
+  const c10::cuda::CUDAGuard guard(x.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  at::Tensor out = at::empty({2, C}, x.options().dtype(at::kFloat));
+  Problem p;  // one group per channel, no prologue
+  p.N = N;
+  p.C = C;
+  p.G = C;
+  p.cpg = 1;
+  p.S_in = p.S = x.numel() / (N * C);
+  p.channels_last = true;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    const ClPlan q = plan_channels_last(p.N, p.S, p.C, gn_inline::vec16<T>(), family_sm_count(x.get_device()));
+    at::Tensor partial = at::empty({p.N * p.C * q.chunks, 2}, x.options().dtype(at::kDouble));
+    auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
+    cl_stats_kernel<T, ProIdentity<T>><<<filling_grid(reinterpret_cast<const void*>(&cl_stats_kernel<T, ProIdentity<T>>),
+                                                      q.items), kThreads, 0, stream>>>(xp, p, q, partial_p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    channel_moments_kernel<T><<<grid_of((C * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+        xp, p.N, p.S, p.C, q.chunks, partial_p, out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (t == at::kHalf) run(c10::Half{});
+  else if (t == at::kBFloat16) run(c10::BFloat16{});
+  else run(float{});
   return out;
 }
 
@@ -953,6 +1237,7 @@ at::Tensor to_channels_last_cuda(const at::Tensor& x) {
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("conv3d_direct", &gn_conv::conv3d_direct_cuda);
   m.impl("to_channels_last", &gn_family::to_channels_last_cuda);
+  m.impl("channel_moments", &gn_family::channel_moments_cuda);
   m.impl("fused_group_norm", &gn_family::fused_group_norm_cuda);
 }
 """.replace("@CONV3D_DIRECT_CUDA@", CONV3D_DIRECT_CUDA)

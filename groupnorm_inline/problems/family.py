@@ -24,8 +24,9 @@ Epilogues (per element, after the affine):
     silu_mul_silu [w]                            t = silu(z) * w; silu(t)
 Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
 Layouts: x contiguous, or channels_last where a channels_last convolution produced it: on CUDA the store output of
-the identity/gelu/relu/silu+hardswish chains is computed in place in that layout (and stored in it); any other case
-reads a contiguous copy, a store output still given back in x's layout.
+the identity/gelu/relu/silu+hardswish chains is computed in place in that layout (and stored in it), and so is the
+max-pooled batch_norm_tanh chain's (a CTA per sample, its pooled values in shared memory); any other case reads a
+contiguous copy, a store output still given back in x's layout.
 input_bias (C,): the bias of the convolution before the operator, added to x as it is read: on CUDA the problem
 modules run their convolution without its bias (`convolution_deferring_bias`), which saves PyTorch's separate
 bias-add kernel, a full read and write of the convolution's output.
@@ -267,8 +268,9 @@ def batch_norm_statistics(bn, x: torch.Tensor, input_bias=None):
     with torch.no_grad():
         if not use_batch:
             return bn.running_mean.float(), torch.rsqrt(bn.running_var.float() + bn.eps)
-        dims = [0] + list(range(2, x.dim()))
-        var, mean = torch.var_mean(x.float(), dim=dims, unbiased=False)  # float32 statistics for half data too
+        # float32 statistics for half data too; one read of a channels_last CUDA x (a kernel of the family), else
+        # PyTorch's var_mean.
+        mean, var = _family_ops.channel_moments(x)
         if input_bias is not None:
             mean = mean + input_bias.detach().float()
         count = x.numel() // x.shape[1]
