@@ -709,6 +709,39 @@ def test_pooled_channels_last_input(case, dtype, device, poisoned_outputs):
         assert_close_report(got.double().cpu(), z, atol=2e-4, rtol=2e-4, what=f"against float64: {what}")
 
 
+@pytest.mark.cuda
+def test_cuda_tanh_decreases_by_at_most_one_unit():
+    """The pooled channels-last kernel sends a window's raw max (min for a negative BatchNorm weight) through #11's
+    BatchNorm + tanh once (ProBatchNormTanh::direction). That is the max of the window's tanh values where CUDA's
+    tanhf never decreases; it does, by one unit at a few points (|x| = 0.6, where its two formulas meet, with CUDA
+    13), so a pooled value may sit one float32 unit below the reference's there. This walks every float32 from -inf
+    to +inf in order (torch.tanh runs the same tanhf, no fast-math in either build) and bounds every decrease by one
+    unit (and their count), printing where they are."""
+    device = torch.device("cuda")
+    chunk = 1 << 27
+    previous, drops = None, []
+    for first, last, step in ((0xFF800000, 0x80000000, -1), (0, 0x7F800000, 1)):
+        # negative floats increase as their bit patterns decrease: -inf .. -0 walks the patterns downwards
+        start = first
+        while (start - last) * step <= 0:
+            count = min(chunk, abs(last - start) + 1)
+            bits = start + step * torch.arange(count, device=device, dtype=torch.int64)
+            values = (bits - (1 << 32) * (bits >= (1 << 31))).to(torch.int32).view(torch.float32)
+            t = torch.tanh(values)
+            if previous is not None:
+                t = torch.cat([previous.reshape(1), t])
+                values = torch.cat([previous_x.reshape(1), values])
+            for i in (t[1:] < t[:-1]).nonzero().flatten().tolist():
+                below = torch.nextafter(t[i], torch.tensor(-float("inf"), device=device))
+                drops.append((values[i].item(), values[i + 1].item(), (t[i] - t[i + 1]).item(),
+                               bool(t[i + 1] >= below)))
+            previous, previous_x = t[-1], values[-1]
+            start += step * count
+    print("tanhf decreases (x, next x, drop, within one unit):", drops)
+    assert all(one_unit for *_, one_unit in drops), f"tanhf decreases by more than one unit: {drops}"
+    assert len(drops) <= 16, f"tanhf decreases at {len(drops)} points: {drops[:16]}"
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous"])

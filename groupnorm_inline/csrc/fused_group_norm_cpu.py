@@ -76,6 +76,7 @@ FAMILY_COMMON_TEMPLATE = MESSAGE_HEADER + ACTIVATION_HEADER + r"""
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gn_family {
@@ -205,6 +206,18 @@ struct ProBatchNormTanh {
   GN_HD float operator()(float x, int64_t c) const {
     return rnd<T>(gn_act::e_tanh(rnd<T>(fmaf(weight[c] * (x - mean[c]), invstd[c], bias[c]))));
   }
+  // +1 where the prologue is non-decreasing in x on channel c, -1 where non-increasing, 0 where neither holds for
+  // every x (a pooled kernel then maxes the raw values and applies the prologue once per window). Every step but
+  // tanh is a correctly rounded monotone op; CUDA's tanhf decreases by one unit at a few points (|x| = 0.6 with
+  // CUDA 13; the family's GPU test walks every float and bounds them), so the pooled value can be one float32
+  // unit below the max of the tanh values where a window holds two such neighbours. For a finite nonzero weight
+  // and a finite positive invstd the sign of the weight decides; a zero weight maps infinities to NaN and finite
+  // values to one value: 0.
+  GN_HD int direction(int64_t c) const {
+    const float w = weight[c], s = invstd[c];
+    if (!(s > 0.0f) || !(s < INFINITY) || !(w < INFINITY && w > -INFINITY) || w == 0.0f) return 0;
+    return w > 0.0f ? 1 : -1;
+  }
 };
 
 // torch.sigmoid(x) * x + bias[c]  (#37: Swish, then + self.bias).
@@ -314,6 +327,12 @@ template <typename T> struct ProOf<6, T> { using type = ProBatchNormTanh<T>; };
 template <typename T> struct ProOf<7, T> { using type = ProSiluAdd<T>; };
 template <typename T> struct ProOf<8, T> { using type = ProAddHardtanhMish<T>; };
 
+// Whether a prologue says where it is monotone in x (`direction(c)`).
+template <class Pro, class = void>
+struct HasDirection : std::false_type {};
+template <class Pro>
+struct HasDirection<Pro, std::void_t<decltype(std::declval<const Pro&>().direction(int64_t{0}))>> : std::true_type {};
+
 // A chain's prologue with the input bias folded in: Inner(x + in_bias[c], c), the sum rounded to T as PyTorch's
 // separate bias add rounds it; Inner(x, c) without an input bias (a uniform branch: the pointer is per launch).
 template <class Inner, typename T>
@@ -323,6 +342,15 @@ struct WithInputBias {
   const float* in_bias;
   GN_HD WithInputBias(const Args& a, int vo, int so) : inner(a, vo, so), in_bias(a.in_bias) {}
   GN_HD float operator()(float x, int64_t c) const { return inner(in_bias ? rnd<T>(x + in_bias[c]) : x, c); }
+  // The inner prologue's direction (0 where it has none); adding a finite bias keeps it.
+  GN_HD int direction(int64_t c) const {
+    if constexpr (HasDirection<Inner>::value) {
+      if (in_bias && !(in_bias[c] < INFINITY && in_bias[c] > -INFINITY)) return 0;
+      return inner.direction(c);
+    } else {
+      return 0;
+    }
+  }
 };
 
 template <int CODE, typename T> struct EpiOf;

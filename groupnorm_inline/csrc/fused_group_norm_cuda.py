@@ -587,11 +587,15 @@ __global__ void __launch_bounds__(kThreads) cl_store_kernel(const T* __restrict_
 // the prologue's values; the output (N, C, H/k, W/k) is channels_last too. One CTA per sample at a time, the
 // samples from the last (the batch-norm statistics pass before the operator leaves its last rows in L2):
 //   1. the sample's pooled values into shared memory ([S][C] floats), a thread per (pooled position, V channels)
-//      per step, the window's k * k 16-byte loads (two positions' worth for k = 2) issued before any is used;
+//      per step, the window's k * k 16-byte loads (two positions' worth for k = 2) issued before any is used.
+//      Where the prologue is monotone on a channel (`direction`: #11's BatchNorm + tanh for a finite nonzero
+//      weight) the window's raw max (min where it decreases) goes through the prologue once: the max of the k * k
+//      prologue values (but for one float32 unit where tanhf itself steps down, see ProBatchNormTanh), for a
+//      quarter of the tanh evaluations at k = 2 (275 -> 247 us at #11's shape on an H100);
 //   2. per group the mean, then the sum of squares about it, both over shared memory (two passes: exact where a
 //      one-pass shifted sum loses digits), warps over (group, slab of positions) units whose float64 partials add
 //      in a fixed order;
-//   3. the output from shared memory, 16-byte streaming stores.
+//   3. the output from shared memory and each channel's (mean, rstd, weight, bias), 16-byte streaming stores.
 // x is read once and out written once (the slice path's pooled kernels read x twice, with scalar loads). The
 // pooled sample must fit shared memory: 148 KB for #11's 128 channels x 17 x 17 float32.
 constexpr int kClPoolThreads = 1024;
@@ -603,27 +607,37 @@ inline int64_t cl_pool_slabs(int64_t G, int64_t S) {
   return std::max<int64_t>(1, std::min<int64_t>({kClPoolWarps, kClPoolMaxUnits / G, S}));
 }
 
-// Shared memory of one CTA: the pooled sample, the partials of one pass, the per-group (mean, rstd).
+// Shared memory of one CTA: the pooled sample [S][C] float, each channel's (mean, rstd, weight, bias) float4, the
+// partials of one pass [G][slabs] double, the per-group (mean, rstd) float2, each channel's direction (one byte).
 inline size_t cl_pool_smem_bytes(const Problem& p) {
-  return static_cast<size_t>(p.S * p.C) * sizeof(float) + static_cast<size_t>(p.G * cl_pool_slabs(p.G, p.S)) *
-         sizeof(double) + static_cast<size_t>(p.G) * sizeof(float2);
+  return static_cast<size_t>(p.S * p.C) * sizeof(float) + static_cast<size_t>(p.C) * sizeof(float4) +
+         static_cast<size_t>(p.G * cl_pool_slabs(p.G, p.S)) * sizeof(double) +
+         static_cast<size_t>(p.G) * sizeof(float2) + static_cast<size_t>(p.C);
 }
 
-// Sum over group g's values of f(v) (units of `slabs` position slabs, the warp's lanes over each slab's
-// (position, channel) pairs); the float64 total of group g in part[g * slabs .. + slabs) after the barrier.
+// Sum over group g's values of f(g, v) (units of `slabs` position slabs, the warp's lanes over each slab's
+// (position, channel) pairs, stepped without divisions); the float64 total of group g in part[g * slabs .. + slabs)
+// after the barrier.
 template <class F>
 __device__ __forceinline__ void cl_pool_group_pass(const float* pooled, int S, int C, int G, int cpg, int slabs,
                                                    double* part, F f) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int step_s = 32 / cpg, step_c = 32 - step_s * cpg;
   for (int u = warp; u < G * slabs; u += kClPoolWarps) {
     const int g = u / slabs, slab = u - g * slabs;
     const int s_begin = static_cast<int>(static_cast<int64_t>(S) * slab / slabs);
-    const int s_end = static_cast<int>(static_cast<int64_t>(S) * (slab + 1) / slabs);
-    const float* base = pooled + g * cpg;
+    const int len = static_cast<int>(static_cast<int64_t>(S) * (slab + 1) / slabs) - s_begin;
+    const float* base = pooled + s_begin * C + g * cpg;
     float acc = 0.0f;
-    for (int j = lane; j < (s_end - s_begin) * cpg; j += 32) {
-      const int ds = j / cpg;
-      acc += f(g, base[(s_begin + ds) * C + (j - ds * cpg)]);
+    int ds = lane / cpg, dc = lane - (lane / cpg) * cpg;
+    while (ds < len) {
+      acc += f(g, base[ds * C + dc]);
+      ds += step_s;
+      dc += step_c;
+      if (dc >= cpg) {
+        dc -= cpg;
+        ++ds;
+      }
     }
     const double total = gn_inline::warp_sum(static_cast<double>(acc));
     if (lane == 0) part[u] = total;
@@ -641,15 +655,22 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
   const int cpg = static_cast<int>(p.cpg), W = static_cast<int>(p.W), OW = static_cast<int>(p.W / p.in_pool);
   const int k = K > 0 ? K : static_cast<int>(p.in_pool);
   const int tpr = C / V, vectors = S * tpr;
-  float* pooled = reinterpret_cast<float*>(cl_pool_smem);          // [S][C]
-  double* part = reinterpret_cast<double*>(pooled + S * C);        // [G][slabs]; S * C * 4 is a multiple of 16
-  float2* gstat = reinterpret_cast<float2*>(part + G * slabs);     // [G] (mean, rstd)
+  float* pooled = reinterpret_cast<float*>(cl_pool_smem);        // [S][C]; S * C * 4 is a multiple of 16
+  float4* chan = reinterpret_cast<float4*>(pooled + S * C);      // [C] (mean, rstd, weight, bias)
+  double* part = reinterpret_cast<double*>(chan + C);            // [G][slabs]
+  float2* gstat = reinterpret_cast<float2*>(part + G * slabs);   // [G] (mean, rstd)
+  signed char* dirs = reinterpret_cast<signed char*>(gstat + G);  // [C] the prologue's direction
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const bool fused = (p.stats_mode & kFusedAffine) != 0;
   const float* gw = p.args.vec[kMaxVectors - 2];
   const float* gb = p.args.vec[kMaxVectors - 1];
   const double count = static_cast<double>(cpg) * S;
+  for (int c = threadIdx.x; c < C; c += kClPoolThreads) {
+    if constexpr (HasDirection<Pro>::value) dirs[c] = static_cast<signed char>(pro.direction(c));
+    else dirs[c] = 0;
+  }
+  __syncthreads();
   for (int64_t it = blockIdx.x; it < p.N; it += gridDim.x) {
     const int64_t n = p.N - 1 - it;
     const T* xn = x + n * p.S_in * p.C;
@@ -677,14 +698,29 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
         const int i = i0 + u * kClPoolThreads;
         const int s = i / tpr, c0 = (i - s * tpr) * V;
         float m[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) m[j] = -INFINITY;
         if constexpr (K > 0) {
 #pragma unroll
-          for (int w = 0; w < K * K; ++w)
+          for (int j = 0; j < V; ++j) {
+            const int c = c0 + j;
+            float hi = static_cast<float>(buf[u][0].v[j]), lo = hi;
 #pragma unroll
-            for (int j = 0; j < V; ++j) m[j] = maximum_nan(m[j], pro(static_cast<float>(buf[u][w].v[j]), c0 + j));
+            for (int w = 1; w < K * K; ++w) {
+              const float v = static_cast<float>(buf[u][w].v[j]);
+              hi = maximum_nan(hi, v);
+              lo = minimum_nan(lo, v);
+            }
+            const int dir = dirs[c];
+            if (dir != 0) {
+              m[j] = pro(dir > 0 ? hi : lo, c);
+            } else {
+              m[j] = -INFINITY;
+#pragma unroll
+              for (int w = 0; w < K * K; ++w) m[j] = maximum_nan(m[j], pro(static_cast<float>(buf[u][w].v[j]), c));
+            }
+          }
         } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) m[j] = -INFINITY;
           for (int a = 0; a < k; ++a)
             for (int b = 0; b < k; ++b) {
               const Vec16<T> v = load16<T, true>(xn + where[u] + (a * W + b) * C);
@@ -693,66 +729,75 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
             }
         }
 #pragma unroll
-        for (int j = 0; j < V; ++j) pooled[s * C + c0 + j] = m[j];
+        for (int j = 0; j < V; j += 4)  // 16-byte stores: scalar ones 4-way bank conflicted (lanes 16 bytes apart)
+          *reinterpret_cast<float4*>(pooled + s * C + c0 + j) = make_float4(m[j], m[j + 1], m[j + 2], m[j + 3]);
       }
     }
     __syncthreads();
     // 2. statistics: the mean, then the sum of squares about it
     cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [](int, float v) { return v; });
-    if (threadIdx.x < G) {
+    for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
       double a = 0.0;
-      for (int j = 0; j < slabs; ++j) a += part[threadIdx.x * slabs + j];
-      gstat[threadIdx.x].x = static_cast<float>(a / count);
+      for (int j = 0; j < slabs; ++j) a += part[g * slabs + j];
+      gstat[g].x = static_cast<float>(a / count);
     }
     __syncthreads();
     cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [gstat](int g, float v) {
       const float d = v - gstat[g].x;
       return d * d;
     });
-    if (threadIdx.x < G) {
+    for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
       double b = 0.0;
-      for (int j = 0; j < slabs; ++j) b += part[threadIdx.x * slabs + j];
+      for (int j = 0; j < slabs; ++j) b += part[g * slabs + j];
       // rsqrtf of the float32 variance plus eps, as group_stats_kernel (PyTorch's CUDA GroupNorm).
-      float mean = gstat[threadIdx.x].x;
+      float mean = gstat[g].x;
       float rstd = rsqrtf(static_cast<float>(b / count) + p.eps);
       round_stats<T>(p.stats_mode, mean, rstd);
-      gstat[threadIdx.x] = make_float2(mean, rstd);
+      gstat[g] = make_float2(mean, rstd);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += kClPoolThreads) {
+      const float2 st = gstat[c / cpg];
+      chan[c] = make_float4(st.x, st.y, gw[c], gb[c]);
     }
     __syncthreads();
     // 3. the output (the same layout as x)
     T* on = out + n * p.S * p.C;
     for (int i = threadIdx.x; i < vectors; i += kClPoolThreads) {
       const int s = i / tpr, c0 = (i - s * tpr) * V;
+      alignas(16) float v[V];
+      const float4* row = reinterpret_cast<const float4*>(pooled + s * C + c0);
+#pragma unroll
+      for (int j = 0; j < V / 4; ++j) reinterpret_cast<float4*>(v)[j] = row[j];
       Vec16<T> o;
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const int c = c0 + j;
-        const float2 st = gstat[c / cpg];
-        const ChannelAffine aff(st.x, st.y, gw[c], gb[c], fused);
-        o.v[j] = static_cast<T>(epi(rnd<T>(aff(pooled[s * C + c])), c));
+        const float4 q = chan[c];
+        const ChannelAffine aff(q.x, q.y, q.z, q.w, fused);
+        o.v[j] = static_cast<T>(epi(rnd<T>(aff(v[j])), c));
       }
       gn_inline::store_vec_streaming(on + static_cast<int64_t>(s) * C + c0, o);
     }
-    __syncthreads();  // the next sample rewrites pooled and gstat
+    __syncthreads();  // the next sample rewrites pooled, gstat and chan
   }
 }
 
 // ------------------------------------------------------------------ per-channel moments (BatchNorm statistics)
 // mean and biased variance per channel of a channels_last x (N, S, C) over its N * S positions: cl_stats_kernel with
-// one channel per group (partials per (n, c, chunk), shifted by x[n, 0, c]), then a warp per channel re-centres each
-// sample's sums on x[0, 0, c] and adds them in float64 (lanes over samples, a fixed order). out (2, C): mean, var.
+// one channel per group (partials per (n, c, chunk), shifted by x[n, 0, c]), then a CTA per channel re-centres each
+// sample's sums on x[0, 0, c] and adds them in float64 (threads over (sample, chunk) partials, a fixed order; a warp
+// per channel, 16 samples a lane at #11's shape, took 19 us, bound by its serial loads). out (2, C): mean, var.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) channel_moments_kernel(const T* __restrict__ x, int64_t N, int64_t S,
                                                                    int64_t C, int64_t chunks,
                                                                    const double2* __restrict__ partial,
                                                                    float* __restrict__ out) {
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (c >= C) return;  // whole warps leave together
+  __shared__ double scratch[64];
+  const int64_t c = blockIdx.x;
   const double pivot = static_cast<double>(static_cast<float>(x[c]));
-  const double rows = static_cast<double>(S);
   double A = 0.0, B = 0.0;  // sums of (v - pivot) and (v - pivot)^2
-  for (int64_t n = lane; n < N; n += 32) {
+  for (int64_t n = threadIdx.x; n < N; n += kThreads) {
     const double d = static_cast<double>(static_cast<float>(x[n * S * C + c])) - pivot;  // shift of (n, c) - pivot
     double a = 0.0, b = 0.0;
     for (int64_t k = 0; k < chunks; ++k) {
@@ -760,13 +805,13 @@ __global__ void __launch_bounds__(kThreads) channel_moments_kernel(const T* __re
       a += q.x;
       b += q.y;
     }
+    const double rows = static_cast<double>(S);
     A += a + rows * d;
     B += b + d * (2.0 * a + rows * d);
   }
-  A = gn_inline::warp_sum(A);
-  B = gn_inline::warp_sum(B);
-  if (lane == 0) {
-    const double count = static_cast<double>(N) * rows, m = A / count;
+  gn_inline::block_sum2(A, B, scratch);
+  if (threadIdx.x == 0) {
+    const double count = static_cast<double>(N) * static_cast<double>(S), m = A / count;
     out[c] = static_cast<float>(pivot + m);
     out[C + c] = static_cast<float>(fmax(B / count - m * m, 0.0));
   }
@@ -821,6 +866,15 @@ inline unsigned filling_grid(const void* kernel, int64_t items) {
   const int64_t full = static_cast<int64_t>(family_sm_count(device)) *
                        std::max(1, gn_inline::resident_ctas_per_sm(kernel, device, kThreads, 0));
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(items, full)));
+}
+
+// filling_grid cut to the fewest CTAs that keep its number of rounds over the items, so that every CTA takes the
+// same number of items (within one): 1536 items over 1056 resident CTAs ran as 1056 CTAs of which half took two,
+// the device half-idle in the second round; 768 CTAs of two each keep enough loads in flight to stream at full rate.
+inline unsigned balanced_grid(const void* kernel, int64_t items) {
+  const int64_t full = filling_grid(kernel, items);
+  const int64_t rounds = (items + full - 1) / full;
+  return static_cast<unsigned>(std::max<int64_t>(1, (items + rounds - 1) / rounds));
 }
 
 // out[i] = (sum of sums[i * per_output .. (i + 1) * per_output)) / count, one thread per output.
@@ -1189,10 +1243,11 @@ at::Tensor channel_moments_cuda(const at::Tensor& x) {
     const ClPlan q = plan_channels_last(p.N, p.S, p.C, gn_inline::vec16<T>(), family_sm_count(x.get_device()));
     at::Tensor partial = at::empty({p.N * p.C * q.chunks, 2}, x.options().dtype(at::kDouble));
     auto* partial_p = reinterpret_cast<double2*>(partial.data_ptr<double>());
-    cl_stats_kernel<T, ProIdentity<T>><<<filling_grid(reinterpret_cast<const void*>(&cl_stats_kernel<T, ProIdentity<T>>),
-                                                      q.items), kThreads, 0, stream>>>(xp, p, q, partial_p);
+    cl_stats_kernel<T, ProIdentity<T>><<<balanced_grid(
+        reinterpret_cast<const void*>(&cl_stats_kernel<T, ProIdentity<T>>), q.items), kThreads, 0, stream>>>(
+        xp, p, q, partial_p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    channel_moments_kernel<T><<<grid_of((C * 32 + kThreads - 1) / kThreads, "input"), kThreads, 0, stream>>>(
+    channel_moments_kernel<T><<<grid_of(C, "input"), kThreads, 0, stream>>>(
         xp, p.N, p.S, p.C, q.chunks, partial_p, out.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
