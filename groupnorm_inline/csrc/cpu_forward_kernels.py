@@ -107,51 +107,6 @@ void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b
   });
 }
 
-// Per-channel moments of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): mean[c], m2[c]
-// (written; the count is hi - lo), shifted about a per-channel pivot (the first row, then the running mean),
-// folded into double every kTileRows rows; two walks (see channel_moments for which).
-// In row order: one sequential stream, each row added into per-channel sums that stay in L1 (2 x C values).
-template <typename T>
-void channel_moments_in_row_order(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
-  using P = Pack<T>;
-  using C = compute_t<T>;
-  using V = typename P::V;
-  constexpr int64_t W = P::kWidth;
-  const int64_t cpad = round_up(channels, W);
-  std::vector<C> buf(static_cast<size_t>(3 * cpad), C(0));  // lanes past `channels` stay 0
-  C* const pivot = buf.data();
-  C* const s1 = pivot + cpad;
-  C* const s2 = s1 + cpad;
-  for (int64_t c = 0; c < channels; ++c) {
-    pivot[c] = static_cast<C>(x[lo * channels + c]);
-    mean[c] = 0;
-    m2[c] = 0;
-  }
-  auto vload = [](const C* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
-  double count = 0;
-  for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
-    const int64_t r1 = std::min(hi, r0 + kTileRows);
-    std::fill(s1, s1 + 2 * cpad, C(0));
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * channels;
-      for (int64_t c = 0; c < channels; c += W) {
-        const P d = P::load(xr + c, std::min(W, channels - c)) - vload(pivot, c);  // past `channels`: 0 - 0
-        (vload(s1, c) + d).lanes(s1 + c);
-        fmadd(d, d, vload(s2, c)).lanes(s2 + c);
-      }
-    }
-    const double rows = static_cast<double>(r1 - r0);
-    for (int64_t c = 0; c < channels; ++c) {
-      Moments m{count, mean[c], m2[c]};
-      m.merge_shifted(rows, static_cast<double>(pivot[c]), static_cast<double>(s1[c]), static_cast<double>(s2[c]));
-      mean[c] = m.mean;
-      m2[c] = m.m2;
-      pivot[c] = static_cast<C>(m.mean);
-    }
-    count += rows;
-  }
-}
-
 // Asks for the cache lines of kWidth elements from p (a hint: never faults, whatever p points at).
 template <typename T>
 GN_CPU_INLINE void prefetch_run(const T* p) {
@@ -159,9 +114,17 @@ GN_CPU_INLINE void prefetch_run(const T* p) {
   for (int64_t off = 0; off < kBytes; off += 64) __builtin_prefetch(reinterpret_cast<const char*>(p) + off, 0, 3);
 }
 
-// By columns: kWidth channels at a time down the tile, the sums in registers.
+// Per-channel moments of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): mean[c], m2[c]
+// (written; the count is hi - lo), shifted about a per-channel pivot (the first row, then the running mean),
+// folded into double every kColumnTileRows rows. By columns: kWidth channels at a time down the tile, the sums in
+// registers. (A walk in row order, adding each row into per-channel sums held in L1, read the data as one
+// sequential stream but loaded and stored the sums at every row: it lost for every dtype. Against PyTorch on a
+// 2-core AVX-512 machine, float64 channels-last forward, the column walk took (8, 32, 32, 32) from 0.88-1.13x to
+// 1.31-1.41x and (2, 512, 16, 16) from 0.84-1.06x to 1.09-1.22x, and left the large rows where they were;
+// for float32 the row order took (2, 512, 16, 16) from 0.037 to 0.048 ms and (1, 128, 256, 256) float16 from
+// 1.13 to 1.40 ms.)
 template <typename T>
-void channel_moments_columns(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
+void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
@@ -230,19 +193,6 @@ void channel_moments_columns(const T* x, int64_t channels, int64_t lo, int64_t h
     }
     count += static_cast<double>(rows);
   }
-}
-
-// Which walk: float64 streams from memory faster than the walk computes, and the row order reads it as one
-// sequential stream: (2, 320, 64, 64) channels-last forward 1.29 -> 1.17 ms on a 2-core AVX-512 machine
-// (PyTorch 1.29). For float32 and half data the register walk won: the row order took (2, 512, 16, 16) float32
-// from 0.037 to 0.048 ms and (1, 128, 256, 256) float16 from 1.13 to 1.40 ms. Since the column walk prefetches
-// its next walk and carries two sets of sums, it also won some float64 rows ((8, 32, 32, 32)) and lost others
-// ((2, 320, 64, 64)), each by less than the +-20% spread of that machine between processes: float64 keeps the
-// row order until a quieter machine settles it.
-template <typename T>
-void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
-  if constexpr (sizeof(T) == 8) channel_moments_in_row_order<T>(x, channels, lo, hi, mean, m2);
-  else channel_moments_columns<T>(x, channels, lo, hi, mean, m2);
 }
 
 // Rows [lo, hi) of one channels-last sample: y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]); m, a, b padded
