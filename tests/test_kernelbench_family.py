@@ -663,9 +663,9 @@ def test_channels_last_input(case, chain, dtype, device, poisoned_outputs):
 # (shape, groups, pool): 64 channels with odd H and W (floor); one channel per group with a 3 x 3 window (the
 # kernel's runtime window); 24 channels (whole half vectors, 3 groups); 12 channels (half precision reads a
 # contiguous copy); 2048 channels (48 KB of pooled values); 512 x 32 x 32 pooled values, more than shared memory
-# holds (a contiguous copy).
+# holds (a contiguous copy); one pooled position (the cluster's first CTA holds none of it).
 CL_POOL_SHAPES = [((3, 64, 37, 41), 8, 2), ((2, 48, 9, 7), 48, 3), ((2, 24, 6, 50), 3, 2), ((2, 12, 9, 11), 4, 2),
-                  ((1, 2048, 4, 6), 32, 2), ((1, 512, 64, 64), 16, 2)]
+                  ((1, 2048, 4, 6), 32, 2), ((1, 512, 64, 64), 16, 2), ((2, 16, 2, 3), 4, 2)]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

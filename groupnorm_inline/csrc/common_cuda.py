@@ -39,6 +39,17 @@ inline int resident_ctas_per_sm(const void* kernel, int device, int threads, siz
   return per_sm;
 }
 
+// A device attribute of `device`, asked once per (attribute, device) and kept: launch plans ask on every call.
+template <cudaDeviceAttr ATTR>
+inline int device_attribute(int device) {
+  static int cached[64] = {0};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int value = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, ATTR, device));
+  if (device >= 0 && device < 64) cached[device] = value;
+  return value;
+}
+
 // The compute type of an input of type T: float for float/half/bfloat16, double for double.
 template <typename T> struct Compute { using type = float; };
 template <> struct Compute<double> { using type = double; };

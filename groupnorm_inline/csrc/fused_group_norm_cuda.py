@@ -25,8 +25,9 @@ cut into parts of ~8192 values (plan_parts), one work item each; a grid of SMs x
 Channels-last paths (x (N, *, C) from a channels_last convolution, store output in that layout):
   unpooled  `cl_stats_kernel` (per (n, chunk of positions) item, a thread per 16 bytes of channels) ->
             `group_stats_kernel` -> `cl_store_kernel`: x read twice, out written once;
-  pooled    `cl_pooled_kernel` (#11 in float32): a CTA per sample holds its pooled values in shared memory,
-            takes each group's mean and centred sum of squares there and writes the output: x read once.
+  pooled    `cl_pooled_kernel` (#11 in float32): a cluster of two CTAs per sample holds its pooled values in
+            shared memory, takes each group's mean and centred sum of squares there (the two CTAs' sums exchanged
+            through distributed shared memory) and writes the output: x read once.
 `channel_moments` (a BatchNorm's batch statistics of a channels_last x) reuses `cl_stats_kernel` with one group per
 channel.
 
@@ -44,6 +45,7 @@ from .fused_group_norm_cpu import FAMILY_COMMON_TEMPLATE
 FAMILY_CUDA_TEMPLATE = COMMON_CUDA_HEADER + FAMILY_COMMON_TEMPLATE + r"""
 #include <algorithm>
 #include <climits>
+#include <cooperative_groups.h>
 
 namespace gn_family {
 
@@ -584,22 +586,27 @@ __global__ void __launch_bounds__(kThreads) cl_store_kernel(const T* __restrict_
 
 // ------------------------------------------------------------------ pooled channels-last path (input_pool = k > 1)
 // x (N, H, W, C) in memory (#11's channels_last convolution output); the GroupNorm input is the k x k max-pool of
-// the prologue's values; the output (N, C, H/k, W/k) is channels_last too. One CTA per sample at a time, the
-// samples from the last (the batch-norm statistics pass before the operator leaves its last rows in L2):
-//   1. the sample's pooled values into shared memory ([S][C] floats), a thread per (pooled position, V channels)
-//      per step, the window's k * k 16-byte loads (two positions' worth for k = 2) issued before any is used.
+// the prologue's values; the output (N, C, H/k, W/k) is channels_last too. A cluster of two CTAs per sample at a
+// time (the samples from the last: the batch-norm statistics pass before the operator leaves its last rows in
+// L2), CTA rank r holding the pooled positions [r S / 2, (r + 1) S / 2):
+//   1. its pooled values into shared memory ([S/2][C] floats), a thread per (pooled position, V channels) per
+//      step, the window's k * k 16-byte loads (two positions' worth for k = 2) issued before any is used.
 //      Where the prologue is monotone on a channel (`direction`: #11's BatchNorm + tanh for a finite nonzero
 //      weight) the window's raw max (min where it decreases) goes through the prologue once: the max of the k * k
 //      prologue values (but for one float32 unit where tanhf itself steps down, see ProBatchNormTanh), for a
 //      quarter of the tanh evaluations at k = 2 (275 -> 247 us at #11's shape on an H100);
 //   2. per group the mean, then the sum of squares about it, both over shared memory (two passes: exact where a
-//      one-pass shifted sum loses digits), warps over (group, slab of positions) units whose float64 partials add
-//      in a fixed order;
+//      one-pass shifted sum loses digits): warps over (group, slab of positions) units, float64 partials added in
+//      a fixed order into the CTA's total per group, the two CTAs' totals exchanged through distributed shared
+//      memory (rank 0's + rank 1's in both, so both CTAs hold the same statistics);
 //   3. the output from shared memory and each channel's (mean, rstd, weight, bias), 16-byte streaming stores.
-// x is read once and out written once (the slice path's pooled kernels read x twice, with scalar loads). The
-// pooled sample must fit shared memory: 148 KB for #11's 128 channels x 17 x 17 float32.
-constexpr int kClPoolThreads = 1024;
+// x is read once and out written once (the slice path's pooled kernels read x twice, with scalar loads). Half a
+// pooled sample must fit shared memory: 74 KB for #11's 128 channels x 17 x 17 float32, so two CTAs of two
+// clusters share an SM and one loads while the other works in shared memory (a CTA per sample, 148 KB, held an SM
+// alone: its loads and its shared-memory phases took turns, 247 us, DRAM at 38% by ncu).
+constexpr int kClPoolThreads = 512;
 constexpr int kClPoolWarps = kClPoolThreads / 32;
+constexpr int kClPoolCluster = 2;          // CTAs per sample
 constexpr int64_t kClPoolMaxUnits = 1024;  // (group, slab) partials per pass: at most 8 KB of shared memory
 
 // Position slabs per group: enough units for every warp, at most kClPoolMaxUnits partials, at most S.
@@ -607,20 +614,26 @@ inline int64_t cl_pool_slabs(int64_t G, int64_t S) {
   return std::max<int64_t>(1, std::min<int64_t>({kClPoolWarps, kClPoolMaxUnits / G, S}));
 }
 
-// Shared memory of one CTA: the pooled sample [S][C] float, each channel's (mean, rstd, weight, bias) float4, the
-// partials of one pass [G][slabs] double, the per-group (mean, rstd) float2, each channel's direction (one byte).
+// Pooled positions of the larger of a cluster's CTAs.
+inline int64_t cl_pool_positions(const Problem& p) { return (p.S + kClPoolCluster - 1) / kClPoolCluster; }
+
+// Shared memory of one CTA: its pooled values [S/2][C] float, each channel's (mean, rstd, weight, bias) float4, the
+// partials of one pass [G][slabs] double, the CTA's per-group totals of the two passes [2][G] double, the per-group
+// (mean, rstd) float2, each channel's direction (one byte).
 inline size_t cl_pool_smem_bytes(const Problem& p) {
-  return static_cast<size_t>(p.S * p.C) * sizeof(float) + static_cast<size_t>(p.C) * sizeof(float4) +
-         static_cast<size_t>(p.G * cl_pool_slabs(p.G, p.S)) * sizeof(double) +
-         static_cast<size_t>(p.G) * sizeof(float2) + static_cast<size_t>(p.C);
+  const int64_t positions = cl_pool_positions(p);
+  return static_cast<size_t>(positions * p.C) * sizeof(float) + static_cast<size_t>(p.C) * sizeof(float4) +
+         static_cast<size_t>(p.G * cl_pool_slabs(p.G, positions)) * sizeof(double) +
+         static_cast<size_t>(2 * p.G) * sizeof(double) + static_cast<size_t>(p.G) * sizeof(float2) +
+         static_cast<size_t>(p.C);
 }
 
 // Sum over group g's values of f(g, v) (units of `slabs` position slabs, the warp's lanes over each slab's
-// (position, channel) pairs, stepped without divisions); the float64 total of group g in part[g * slabs .. + slabs)
-// after the barrier.
+// (position, channel) pairs, stepped without divisions); then the CTA's float64 total of each group, its slabs
+// added in order, in total[g].
 template <class F>
 __device__ __forceinline__ void cl_pool_group_pass(const float* pooled, int S, int C, int G, int cpg, int slabs,
-                                                   double* part, F f) {
+                                                   double* part, double* total, F f) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int step_s = 32 / cpg, step_c = 32 - step_s * cpg;
   for (int u = warp; u < G * slabs; u += kClPoolWarps) {
@@ -639,27 +652,43 @@ __device__ __forceinline__ void cl_pool_group_pass(const float* pooled, int S, i
         ++ds;
       }
     }
-    const double total = gn_inline::warp_sum(static_cast<double>(acc));
-    if (lane == 0) part[u] = total;
+    const double sum = gn_inline::warp_sum(static_cast<double>(acc));
+    if (lane == 0) part[u] = sum;
   }
   __syncthreads();
+  for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
+    double a = 0.0;
+    for (int j = 0; j < slabs; ++j) a += part[g * slabs + j];
+    total[g] = a;
+  }
 }
 
+// Two CTAs per SM (at most 64 registers a thread): without the bound the compiler took more, one CTA fitted, and
+// the kernel took 292 us at #11's shape.
 template <typename T, class Pro, class Epi, int K>
-__global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __restrict__ x, const Problem p,
+__global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* __restrict__ x, const Problem p,
                                                                    int slabs, T* __restrict__ out) {
+  namespace cg = cooperative_groups;
   constexpr int V = gn_inline::vec16<T>();
   constexpr int kPer = K == 2 ? 2 : 1;  // pooled vectors per thread per step (their loads in flight together)
   extern __shared__ float4 cl_pool_smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
   const int S = static_cast<int>(p.S), C = static_cast<int>(p.C), G = static_cast<int>(p.G);
   const int cpg = static_cast<int>(p.cpg), W = static_cast<int>(p.W), OW = static_cast<int>(p.W / p.in_pool);
   const int k = K > 0 ? K : static_cast<int>(p.in_pool);
-  const int tpr = C / V, vectors = S * tpr;
-  float* pooled = reinterpret_cast<float*>(cl_pool_smem);        // [S][C]; S * C * 4 is a multiple of 16
-  float4* chan = reinterpret_cast<float4*>(pooled + S * C);      // [C] (mean, rstd, weight, bias)
-  double* part = reinterpret_cast<double*>(chan + C);            // [G][slabs]
-  float2* gstat = reinterpret_cast<float2*>(part + G * slabs);   // [G] (mean, rstd)
-  signed char* dirs = reinterpret_cast<signed char*>(gstat + G);  // [C] the prologue's direction
+  const int positions = (S + kClPoolCluster - 1) / kClPoolCluster;                 // of the larger CTA
+  const int s_lo = static_cast<int>(static_cast<int64_t>(S) * rank / kClPoolCluster);  // this CTA's positions
+  const int own = static_cast<int>(static_cast<int64_t>(S) * (rank + 1) / kClPoolCluster) - s_lo;
+  const int tpr = C / V, vectors = own * tpr;
+  float* pooled = reinterpret_cast<float*>(cl_pool_smem);           // [own][C]; positions * C * 4: multiple of 16
+  float4* chan = reinterpret_cast<float4*>(pooled + positions * C);  // [C] (mean, rstd, weight, bias)
+  double* part = reinterpret_cast<double*>(chan + C);               // [G][slabs]
+  double* totals = part + G * slabs;                                // [2][G] this CTA's sums of the two passes
+  float2* gstat = reinterpret_cast<float2*>(totals + 2 * G);        // [G] (mean, rstd)
+  signed char* dirs = reinterpret_cast<signed char*>(gstat + G);    // [C] the prologue's direction
+  const double* totals0 = cluster.map_shared_rank(totals, 0);
+  const double* totals1 = cluster.map_shared_rank(totals, 1);
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const bool fused = (p.stats_mode & kFusedAffine) != 0;
@@ -671,17 +700,18 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
     else dirs[c] = 0;
   }
   __syncthreads();
-  for (int64_t it = blockIdx.x; it < p.N; it += gridDim.x) {
+  const int64_t clusters = gridDim.x / kClPoolCluster;
+  for (int64_t it = blockIdx.x / kClPoolCluster; it < p.N; it += clusters) {
     const int64_t n = p.N - 1 - it;
     const T* xn = x + n * p.S_in * p.C;
-    // 1. pooled values
+    // 1. pooled values of this CTA's positions
     for (int i0 = threadIdx.x; i0 < vectors; i0 += kPer * kClPoolThreads) {
       Vec16<T> buf[kPer][K > 0 ? K * K : 1];
       int where[kPer];
 #pragma unroll
       for (int u = 0; u < kPer; ++u) {
         const int i = i0 + u * kClPoolThreads;
-        const int s = i / tpr, c0 = (i - s * tpr) * V, oh = s / OW;
+        const int s = s_lo + i / tpr, c0 = (i % tpr) * V, oh = s / OW;
         where[u] = i < vectors ? ((oh * k) * W + (s - oh * OW) * k) * C + c0 : -1;
         if constexpr (K > 0) {
           if (where[u] >= 0) {
@@ -696,7 +726,7 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
       for (int u = 0; u < kPer; ++u) {
         if (where[u] < 0) continue;
         const int i = i0 + u * kClPoolThreads;
-        const int s = i / tpr, c0 = (i - s * tpr) * V;
+        const int sl = i / tpr, c0 = (i - sl * tpr) * V;
         float m[V];
         if constexpr (K > 0) {
 #pragma unroll
@@ -730,28 +760,26 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
         }
 #pragma unroll
         for (int j = 0; j < V; j += 4)  // 16-byte stores: scalar ones 4-way bank conflicted (lanes 16 bytes apart)
-          *reinterpret_cast<float4*>(pooled + s * C + c0 + j) = make_float4(m[j], m[j + 1], m[j + 2], m[j + 3]);
+          *reinterpret_cast<float4*>(pooled + sl * C + c0 + j) = make_float4(m[j], m[j + 1], m[j + 2], m[j + 3]);
       }
     }
     __syncthreads();
-    // 2. statistics: the mean, then the sum of squares about it
-    cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [](int, float v) { return v; });
-    for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
-      double a = 0.0;
-      for (int j = 0; j < slabs; ++j) a += part[g * slabs + j];
-      gstat[g].x = static_cast<float>(a / count);
-    }
+    // 2. statistics: the mean, then the sum of squares about it, each summed over both CTAs' positions. The
+    // cluster barrier after each pass publishes this CTA's totals; the peer's are read before the next barrier,
+    // and each pass has its own totals row, so no CTA overwrites a row its peer may still be reading.
+    cl_pool_group_pass(pooled, own, C, G, cpg, slabs, part, totals, [](int, float v) { return v; });
+    cluster.sync();
+    for (int g = threadIdx.x; g < G; g += kClPoolThreads) gstat[g].x = static_cast<float>((totals0[g] + totals1[g]) / count);
     __syncthreads();
-    cl_pool_group_pass(pooled, S, C, G, cpg, slabs, part, [gstat](int g, float v) {
+    cl_pool_group_pass(pooled, own, C, G, cpg, slabs, part, totals + G, [gstat](int g, float v) {
       const float d = v - gstat[g].x;
       return d * d;
     });
+    cluster.sync();
     for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
-      double b = 0.0;
-      for (int j = 0; j < slabs; ++j) b += part[g * slabs + j];
       // rsqrtf of the float32 variance plus eps, as group_stats_kernel (PyTorch's CUDA GroupNorm).
       float mean = gstat[g].x;
-      float rstd = rsqrtf(static_cast<float>(b / count) + p.eps);
+      float rstd = rsqrtf(static_cast<float>((totals0[G + g] + totals1[G + g]) / count) + p.eps);
       round_stats<T>(p.stats_mode, mean, rstd);
       gstat[g] = make_float2(mean, rstd);
     }
@@ -761,12 +789,12 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
       chan[c] = make_float4(st.x, st.y, gw[c], gb[c]);
     }
     __syncthreads();
-    // 3. the output (the same layout as x)
-    T* on = out + n * p.S * p.C;
+    // 3. the output of this CTA's positions (the same layout as x)
+    T* on = out + (n * p.S + s_lo) * p.C;
     for (int i = threadIdx.x; i < vectors; i += kClPoolThreads) {
-      const int s = i / tpr, c0 = (i - s * tpr) * V;
+      const int sl = i / tpr, c0 = (i - sl * tpr) * V;
       alignas(16) float v[V];
-      const float4* row = reinterpret_cast<const float4*>(pooled + s * C + c0);
+      const float4* row = reinterpret_cast<const float4*>(pooled + sl * C + c0);
 #pragma unroll
       for (int j = 0; j < V / 4; ++j) reinterpret_cast<float4*>(v)[j] = row[j];
       Vec16<T> o;
@@ -777,10 +805,11 @@ __global__ void __launch_bounds__(kClPoolThreads) cl_pooled_kernel(const T* __re
         const ChannelAffine aff(q.x, q.y, q.z, q.w, fused);
         o.v[j] = static_cast<T>(epi(rnd<T>(aff(v[j])), c));
       }
-      gn_inline::store_vec_streaming(on + static_cast<int64_t>(s) * C + c0, o);
+      gn_inline::store_vec_streaming(on + static_cast<int64_t>(sl) * C + c0, o);
     }
     __syncthreads();  // the next sample rewrites pooled, gstat and chan
   }
+  cluster.sync();  // the peer may still read this CTA's totals
 }
 
 // ------------------------------------------------------------------ per-channel moments (BatchNorm statistics)
@@ -850,14 +879,7 @@ __global__ void __launch_bounds__(256) to_channels_last_kernel(const T* __restri
 }
 
 // SMs of a device, asked once per device.
-inline int family_sm_count(int device) {
-  static int cached[64] = {0};
-  if (device >= 0 && device < 64 && cached[device]) return cached[device];
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) cached[device] = sms;
-  return sms;
-}
+inline int family_sm_count(int device) { return gn_inline::device_attribute<cudaDevAttrMultiProcessorCount>(device); }
 
 // A grid that fills the device once: SMs x resident CTAs of `kernel`, at most `items`.
 inline unsigned filling_grid(const void* kernel, int64_t items) {
@@ -1105,32 +1127,38 @@ void launch_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& o
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The pooled channels-last path: one launch, a CTA per sample at a time (as many as fit the device at once).
+// The pooled channels-last path: one launch of clusters of two CTAs, as many as fit the device at once.
 template <typename T, class Pro, class Epi>
 void launch_pooled_channels_last(const at::Tensor& x_t, const Problem& p, at::Tensor& out_t, cudaStream_t stream) {
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const size_t smem = cl_pool_smem_bytes(p);
-  const int slabs = static_cast<int>(cl_pool_slabs(p.G, p.S));
+  const int slabs = static_cast<int>(cl_pool_slabs(p.G, cl_pool_positions(p)));
   auto* kernel = p.in_pool == 2 ? &cl_pooled_kernel<T, Pro, Epi, 2> : &cl_pooled_kernel<T, Pro, Epi, 0>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int per_sm = std::max(1, gn_inline::resident_ctas_per_sm(reinterpret_cast<const void*>(kernel), device,
                                                                   kClPoolThreads, smem));
-  const int64_t grid = std::min<int64_t>(p.N, static_cast<int64_t>(family_sm_count(device)) * per_sm);
-  kernel<<<static_cast<unsigned>(grid), kClPoolThreads, smem, stream>>>(x_t.data_ptr<T>(), p, slabs,
-                                                                        out_t.data_ptr<T>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t clusters = std::max<int64_t>(
+      1, std::min<int64_t>(p.N, static_cast<int64_t>(family_sm_count(device)) * per_sm / kClPoolCluster));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(clusters * kClPoolCluster));
+  config.blockDim = dim3(kClPoolThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kClPoolCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, x_t.data_ptr<T>(), p, slabs, out_t.data_ptr<T>()));
 }
 
 // Shared memory one CTA of `device` may take (the opt-in maximum), asked once per device.
 inline int64_t family_smem_optin(int device) {
-  static int cached[64] = {0};
-  if (device >= 0 && device < 64 && cached[device]) return cached[device];
-  int bytes = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (device >= 0 && device < 64) cached[device] = bytes;
-  return bytes;
+  return gn_inline::device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
 }
 
 // Whether the pooled channels-last kernel takes x as it is: a 4-D channels_last (not also contiguous) input, a chain

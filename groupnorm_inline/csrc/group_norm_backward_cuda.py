@@ -629,14 +629,7 @@ __global__ void __launch_bounds__(kResidentThreads) resident_backward(
 
 // Multiprocessor count of a device, asked once per device (not through ATen/cuda/CUDAContext.h, whose
 // includes need the cuSPARSE/cuBLAS headers that a bare toolkit may lack).
-inline int sm_count(int device) {
-  static int cached[64] = {0};
-  if (device >= 0 && device < 64 && cached[device]) return cached[device];
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < 64) cached[device] = sms;
-  return sms;
-}
+inline int sm_count(int device) { return gn_inline::device_attribute<cudaDevAttrMultiProcessorCount>(device); }
 
 // Row path: how steps 1 and 4 split the rows.
 struct RowPlan {
