@@ -769,7 +769,8 @@ __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* _
     // and each pass has its own totals row, so no CTA overwrites a row its peer may still be reading.
     cl_pool_group_pass(pooled, own, C, G, cpg, slabs, part, totals, [](int, float v) { return v; });
     cluster.sync();
-    for (int g = threadIdx.x; g < G; g += kClPoolThreads) gstat[g].x = static_cast<float>((totals0[g] + totals1[g]) / count);
+    for (int g = threadIdx.x; g < G; g += kClPoolThreads)
+      gstat[g].x = static_cast<float>((totals0[g] + totals1[g]) / count);
     __syncthreads();
     cl_pool_group_pass(pooled, own, C, G, cpg, slabs, part, totals + G, [gstat](int g, float v) {
       const float d = v - gstat[g].x;

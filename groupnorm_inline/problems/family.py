@@ -25,8 +25,8 @@ Epilogues (per element, after the affine):
 Outputs: store (x's shape), mean_all (N,), mean_spatial (N, C), max_pool (N, C, H/k, W/k), min_channels (N, 1).
 Layouts: x contiguous, or channels_last where a channels_last convolution produced it: on CUDA the store output of
 the identity/gelu/relu/silu+hardswish chains is computed in place in that layout (and stored in it), and so is the
-max-pooled batch_norm_tanh chain's (a CTA per sample, its pooled values in shared memory); any other case reads a
-contiguous copy, a store output still given back in x's layout.
+max-pooled batch_norm_tanh chain's (a cluster of two CTAs per sample, its pooled values in shared memory); any
+other case reads a contiguous copy, a store output still given back in x's layout.
 input_bias (C,): the bias of the convolution before the operator, added to x as it is read: on CUDA the problem
 modules run their convolution without its bias (`convolution_deferring_bias`), which saves PyTorch's separate
 bias-add kernel, a full read and write of the convolution's output.

@@ -11,8 +11,8 @@ forward convolution it equals: cuDNN's fprop kernel without the NCHW call's two 
 statistics as its forward takes them (the batch's mean and biased variance in training mode, which the harness never
 leaves, with the same update of the running buffers; the running statistics in eval mode; one read of the
 channels_last output), then one family operator: prologue BatchNorm + Tanh, the 2 x 2 max-pool on the read
-(input_pool), GroupNorm; in channels_last a CTA per sample holds its pooled values in shared memory, so the
-convolution's output is read once. The pooled (512, 128, 17, 17) tensor is never written before the output, which
+(input_pool), GroupNorm; in channels_last a cluster of two CTAs per sample holds its pooled values in shared
+memory, so the convolution's output is read once. The pooled (512, 128, 17, 17) tensor is never written before the output, which
 is channels_last where the convolution's output is."""
 
 import torch
