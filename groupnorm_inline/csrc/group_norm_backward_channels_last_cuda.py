@@ -246,9 +246,7 @@ void run(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaS
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_coefficients<T>(pr, cp, /*weighted=*/true, pr.cpg, 1, kp, stream);
   if (pr.dw || pr.db) {
-    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
-        cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, 1);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_parameter_grads<T>(cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, 1, stream);
   }
   if (pr.dx == nullptr) return;
   cl_grad_input<T, VEC, Epi><<<static_cast<unsigned>(t.ctas()), t.threads(), 0, stream>>>(

@@ -280,20 +280,22 @@ __global__ void __launch_bounds__(kThreads) group_coefficients(
 
 // ------------------------------------------------------------------------------ 3. parameter grads
 
-// Row path. CTA of 32 x 8 threads: x picks one of 32 channels, y strides over the samples; the 8
-// partial sums per channel meet in shared memory. coef: (N * G, kCoefs); dw, db: (C,) or null.
+// Row path. CTA of 32 x ny threads (ny a power of two <= 32): x picks one of 32 channels, y strides over the
+// samples; the ny partial sums per channel meet in shared memory. partial: (N * C, splits, kSums); coef:
+// (N * G, kCoefs); dw, db: (C,) or null.
+constexpr int kParamGradMaxLanes = 32;  // sample lanes per channel
 template <typename T>
-__global__ void __launch_bounds__(kThreads) row_parameter_grads(
+__global__ void __launch_bounds__(32 * kParamGradMaxLanes) row_parameter_grads(
     const typename Acc<T>::type* __restrict__ partial, const typename Acc<T>::type* __restrict__ rstd,
     const typename Acc<T>::type* __restrict__ coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
     int64_t G, int64_t cpg, int64_t splits) {
   using A = typename Acc<T>::type;
-  __shared__ double sums[2][8][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  __shared__ double sums[2][kParamGradMaxLanes][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, lanes = blockDim.x >> 5;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
   double sw = 0, sb = 0;
   if (c < C) {
-    for (int64_t n = ty; n < N; n += 8) {
+    for (int64_t n = ty; n < N; n += lanes) {
       const A* p = partial + (n * C + c) * splits * kSums;
       double ds = 0, dsum = 0;
       for (int64_t s = 0; s < splits; ++s) {
@@ -310,13 +312,27 @@ __global__ void __launch_bounds__(kThreads) row_parameter_grads(
   sums[1][ty][tx] = sb;
   __syncthreads();
   if (ty == 0 && c < C) {
-    for (int k = 1; k < 8; ++k) {
+    for (int k = 1; k < lanes; ++k) {
       sw += sums[0][k][tx];
       sb += sums[1][k][tx];
     }
     if (dw) dw.store(c, sw);
     if (db) db.store(c, sb);
   }
+}
+
+// Step 3 of the row, resident and channels-last paths. One lane per sample up to 32 (the kernel reads N * splits
+// partials per channel in a dependent chain per lane: with 8 lanes, N = 128 samples of 8 partials took 30 us on
+// an H200, as long as the resident path's whole dx write of a few MB).
+template <typename T>
+void launch_parameter_grads(const typename Acc<T>::type* partial, const typename Acc<T>::type* rstd,
+                            const typename Acc<T>::type* coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
+                            int64_t G, int64_t cpg, int64_t splits, cudaStream_t stream) {
+  int lanes = 1;
+  while (lanes < kParamGradMaxLanes && lanes < N) lanes *= 2;
+  row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(C, 32)), 32 * lanes, 0, stream>>>(
+      partial, rstd, coef, dw, db, N, C, G, cpg, splits);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Short path: channel c's terms were left by short_grad_input in segments c, c + C, ..., c + (k-1) C.
@@ -758,9 +774,7 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
   else launch_row_sums<T, 1, Epi>(pr, pp, rows, p, stream);
   launch_coefficients<T>(pr, pp, /*weighted=*/true, pr.cpg * p.splits, p.splits, cp, stream);
   if (pr.dw || pr.db) {
-    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
-        pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_parameter_grads<T>(pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits, stream);
   }
   if (pr.dx == nullptr) return;
   if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, p, stream);
@@ -775,14 +789,11 @@ constexpr int64_t kResidentBwdMaxBytes = 200 * 1024;
 constexpr int kResidentBwdMaxCluster = 8;
 constexpr int kResidentBwdMaxCpg = 2048;                // channel accumulators: 16 KB of floats at most
 
-// GROUPNORM_INLINE_BACKWARD_PATH=row turns the resident path off (benchmarks compare the two paths); read
-// once per process.
+// GROUPNORM_INLINE_BACKWARD_PATH=row turns the resident path off (benchmarks compare the two paths); read on every
+// call (~0.1 us) so that one process can alternate the paths call by call.
 inline bool resident_path_disabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("GROUPNORM_INLINE_BACKWARD_PATH");
-    return v != nullptr && std::string(v) == "row";
-  }();
-  return disabled;
+  const char* v = std::getenv("GROUPNORM_INLINE_BACKWARD_PATH");
+  return v != nullptr && std::string(v) == "row";
 }
 
 // GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a power of two): the largest CTA the resident path may size,
@@ -868,9 +879,8 @@ bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptio
                                     static_cast<int>(part), backward_epilogue<Epi>(pr.act)));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (pr.dw || pr.db) {
-    row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(pr.C, 32)), kThreads, 0, stream>>>(
-        partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, cluster);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_parameter_grads<T>(partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G,
+                              pr.cpg, cluster, stream);
   }
   return true;
 }
