@@ -9,8 +9,8 @@
 #              $TESTS_K narrows it (pytest -k)
 #   bwdcheck   benchmarks/check_backward_gpu.py: gradients against float64 with poisoned outputs, then ours /
 #              eager / torch.compile backward timings
-#   bwdpaths   the backward's long-row paths side by side: check_backward_gpu.py --timing-only --no-compile with
-#              GROUPNORM_INLINE_BACKWARD_PATH=row (the two-read row path only), then automatic; one process each
+#   bwdpaths   the backward's long-row paths side by side, call by call: benchmarks/backward_path_check.py (row,
+#              resident, the rule's choice, a streaming floor)
 #   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic backward paths
@@ -35,11 +35,7 @@ for step in "$@"; do
     bwdcheck)
         timeout 500 "$PYTHON" benchmarks/check_backward_gpu.py --out "$OUT" 2>&1 | tail -n 40 ;;
     bwdpaths)
-        for path in row auto; do
-            echo "-- backward path: $path" | tee -a "$OUT/backward-paths.txt"
-            GROUPNORM_INLINE_BACKWARD_PATH=$path timeout 200 "$PYTHON" benchmarks/check_backward_gpu.py \
-                --timing-only --no-compile --out /tmp 2>&1 | grep "floor=" | tee -a "$OUT/backward-paths.txt"
-        done ;;
+        timeout 300 "$PYTHON" benchmarks/backward_path_check.py 2>&1 | tail -n 20 ;;
     plans)
         timeout 300 "$PYTHON" benchmarks/plan_check.py --no-check --rows "${PLAN_ROWS:-waves}" \
             --variants "auto;split;resident;fused" --out "$OUT" 2>&1 | grep -v "^  timing" | tail -n 40 ;;
@@ -49,9 +45,11 @@ for step in "$@"; do
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
         echo "compute-sanitizer exit (automatic paths): $?" | tee -a "$OUT/sanitizer-core.txt"
-        GROUPNORM_INLINE_BACKWARD_PATH=row timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
-            "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
-        echo "compute-sanitizer exit (row path forced): $?" | tee -a "$OUT/sanitizer-core.txt" ;;
+        for path in row resident; do
+            GROUPNORM_INLINE_BACKWARD_PATH=$path timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
+                "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
+            echo "compute-sanitizer exit ($path path forced): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-core.txt"
+        done ;;
     suite)
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;

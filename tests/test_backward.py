@@ -141,6 +141,31 @@ def test_grads_match_float64(shape, num_groups, dtype, params, device):
     assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} {params}")
 
 
+# Rows of HW >= 1024 take the resident (cluster) path or the row path, chosen by a rule from the device's DRAM
+# bandwidth; GROUPNORM_INLINE_BACKWARD_PATH forces either, so both are checked on any GPU. HW values leave a CTA's
+# chunk with 0, 1, 2 and 3 strides after its unrolled loop (the batched tail), rows of odd length take scalar
+# accesses (the resident path declines them), and (1, 2, 3, 6000) splits rows across CTAs.
+LONG_ROW_SHAPES = [
+    ((2, 4, 40, 40), 2),         # HW = 1600
+    ((1, 4, 126, 126), 2),       # HW = 15876: 3 full unrolled rounds and a 3.5-stride tail (float32)
+    ((3, 6, 33, 64), 3),         # HW = 2112
+    ((2, 8, 33, 35), 4),         # HW = 1155, odd: scalar accesses
+    ((1, 2, 3, 6000), 1),        # HW = 18000, rows split across CTAs
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["row", "resident"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, num_groups", LONG_ROW_SHAPES, ids=str)
+def test_long_row_paths_match_float64(shape, num_groups, dtype, path, monkeypatch):
+    monkeypatch.setenv("GROUPNORM_INLINE_BACKWARD_PATH", path)
+    x = make_input(shape, dtype, "cuda")
+    weight, bias = make_params(shape[1], "affine", dtype, "cuda")
+    grad_out = torch.randn(shape, dtype=torch.float64).to("cuda", dtype)
+    assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} path {path}")
+
+
 # Layouts of the input and of the incoming gradient: each builds a tensor of `shape` from a float64 one.
 LAYOUTS = {
     "contiguous": lambda t: t,

@@ -88,16 +88,30 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_sums(
         dm[k] += lm;
       }
     }
-    for (; r < p.row1; r += t.rows, xp += step, gp += step) {
-      const Vec<T, VEC> xv = load_vec<T, VEC>(xp);
-      const Vec<T, VEC> gv = load_vec<T, VEC>(gp);
+    if (r < p.row1) {  // fewer than kUnroll rows left: one batch of guarded loads, not a chain of single ones
+      Vec<T, VEC> xv[kUnroll], gv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (r + u * t.rows < p.row1) {
+          xv[u] = load_vec<T, VEC>(xp + u * step);
+          gv[u] = load_vec<T, VEC>(gp + u * step);
+        }
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A d = static_cast<A>(xv.v[k]) - mu[k];
-        const A g = grad_z(epi, static_cast<A>(gv.v[k]), d, za[k], zb[k]);
-        ds[k] += static_cast<double>(g * d);
-        db[k] += static_cast<double>(g);
-        dm[k] += static_cast<double>(d);
+        A ls = 0, lb = 0, lm = 0;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (r + u * t.rows >= p.row1) continue;
+          const A d = static_cast<A>(xv[u].v[k]) - mu[k];
+          const A g = grad_z(epi, static_cast<A>(gv[u].v[k]), d, za[k], zb[k]);
+          ls += g * d;
+          lb += g;
+          lm += d;
+        }
+        ds[k] += ls;
+        db[k] += lb;
+        dm[k] += lm;
       }
     }
   }
@@ -208,8 +222,19 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(op + u * step, grad(xv[u], gv[u]));
   }
-  for (; i < count; ++i, xp += step, gp += step, op += step)
-    store_vec_streaming<T, VEC>(op, grad(load_vec<T, VEC>(xp), load_vec<T, VEC>(gp)));
+  if (i < count) {  // the last < kUnroll rows: one batch of guarded loads
+    Vec<T, VEC> xv[kUnroll], gv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i + u < count) {
+        xv[u] = load_vec<T, VEC>(xp + u * step);
+        gv[u] = load_vec<T, VEC>(gp + u * step);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u < count) store_vec_streaming<T, VEC>(op + u * step, grad(xv[u], gv[u]));
+  }
 }
 
 // Rows per thread below which a tile would not amortise its per-channel partial sums (3 values per channel).

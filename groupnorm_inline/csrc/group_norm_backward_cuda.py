@@ -144,17 +144,27 @@ __global__ void __launch_bounds__(kThreads) row_channel_sums(
     db += lb;
     dm += lm;
   }
-  for (; j < end; j += stride) {
-    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + j);
-    const Vec<T, VEC> gv = load_vec<T, VEC>(dyr + j);
+  if (j < end) {  // fewer than kUnroll strides left: one batch of guarded loads, not a chain of single ones
+    Vec<T, VEC> xv[kUnroll], gv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (j + u * stride < end) {
+        xv[u] = load_vec<T, VEC>(xr + j + u * stride);
+        gv[u] = load_vec<T, VEC>(dyr + j + u * stride);
+      }
+    }
     A ls = 0, lb = 0, lm = 0;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const A d = static_cast<A>(xv.v[k]) - mu;
-      const A g = grad_z(epi, static_cast<A>(gv.v[k]), d, za, zb);
-      ls += g * d;
-      lb += g;
-      lm += d;
+    for (int u = 0; u < kUnroll; ++u) {
+      if (j + u * stride >= end) continue;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A d = static_cast<A>(xv[u].v[k]) - mu;
+        const A g = grad_z(epi, static_cast<A>(gv[u].v[k]), d, za, zb);
+        ls += g * d;
+        lb += g;
+        lm += d;
+      }
     }
     ds += ls;
     db += lb;
@@ -410,16 +420,26 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
       store_vec_streaming<T, VEC>(dxr + j + u * stride, out);
     }
   }
-  for (; j < end; j += stride) {
-    const Vec<T, VEC> xv = load_vec<T, VEC>(xr + j);
-    const Vec<T, VEC> gv = load_vec<T, VEC>(dyr + j);
-    Vec<T, VEC> out;
+  if (j < end) {  // the last < kUnroll strides: one batch of guarded loads
+    Vec<T, VEC> xv[kUnroll], gv[kUnroll];
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const A d = static_cast<A>(xv.v[e]) - k.mean;
-      out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv.v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
+    for (int u = 0; u < kUnroll; ++u) {
+      if (j + u * stride < end) {
+        xv[u] = load_vec<T, VEC>(xr + j + u * stride);
+        gv[u] = load_vec<T, VEC>(dyr + j + u * stride);
+      }
     }
-    store_vec_streaming<T, VEC>(dxr + j, out);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (j + u * stride >= end) continue;
+      Vec<T, VEC> out;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = static_cast<A>(xv[u].v[e]) - k.mean;
+        out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv[u].v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
+      }
+      store_vec_streaming<T, VEC>(dxr + j + u * stride, out);
+    }
   }
 }
 
@@ -790,11 +810,37 @@ constexpr int64_t kResidentBwdMaxBytes = 200 * 1024;
 constexpr int kResidentBwdMaxCluster = 8;
 constexpr int kResidentBwdMaxCpg = 2048;                // channel accumulators: 16 KB of floats at most
 
-// GROUPNORM_INLINE_BACKWARD_PATH=row turns the resident path off (benchmarks compare the two paths); read on every
-// call (a getenv and a compare, no allocation) so that one process can alternate the paths call by call.
-inline bool resident_path_disabled() {
+// GROUPNORM_INLINE_BACKWARD_PATH: `row` turns the resident path off, `resident` takes it whenever the problem fits
+// a cluster (past resident_pays), anything else leaves the choice to the rule (benchmarks compare the paths). Read
+// on every call (a getenv and a compare, no allocation) so that one process can alternate the paths call by call.
+enum class PathOverride { kAuto, kRow, kResident };
+inline PathOverride backward_path_override() {
   const char* v = std::getenv("GROUPNORM_INLINE_BACKWARD_PATH");
-  return v != nullptr && std::strcmp(v, "row") == 0;
+  if (v == nullptr) return PathOverride::kAuto;
+  if (std::strcmp(v, "row") == 0) return PathOverride::kRow;
+  if (std::strcmp(v, "resident") == 0) return PathOverride::kResident;
+  return PathOverride::kAuto;
+}
+
+// Whether reading x and dy once at the resident kernel's rate beats the row path's two reads at DRAM bandwidth.
+// The resident kernel is latency-bound: each CTA loads its part, waits at the cluster barrier, then writes dx, so
+// it moves ~kResidentBytesPerSm per second per SM whatever the DRAM (x, dy and dx together: 2.0-2.2 TB/s over
+// 132 SMs on both H100 (3.35 TB/s peak) and H200 (4.8 TB/s peak), benchmarks/backward_path_check.py). The row
+// path streams at ~kRowPathEfficiency of the DRAM's peak but moves x and dy twice (5 tensor sizes against 3),
+// less what its second read finds in L2 (it walks the chunks from the last one read: counted as half the L2),
+// and launches two more kernels. H100: one read wins (1.46 against 1.67 ns per byte of x, float32
+// (128,64,126,126)); H200: two reads win (1.16).
+constexpr double kResidentBytesPerSm = 15.5e9;
+constexpr double kRowPathEfficiency = 0.88;
+constexpr double kRowPathExtraLaunchSeconds = 6e-6;  // group_coefficients and the second pass's launch
+inline bool resident_pays(const gn_inline::DeviceInfo& dev, int64_t tensor_bytes) {
+  if (dev.dram_bytes_per_s <= 0) return true;  // unknown bandwidth: keep the single read
+  const double B = static_cast<double>(tensor_bytes);
+  const double resident_s = 3.0 * B / (kResidentBytesPerSm * dev.sms);
+  const double second_read_dram = std::max(0.0, 2.0 * B - 0.5 * static_cast<double>(dev.l2_bytes));
+  const double row_s = (3.0 * B + second_read_dram) / (kRowPathEfficiency * dev.dram_bytes_per_s) +
+                       kRowPathExtraLaunchSeconds;
+  return resident_s < row_s;
 }
 
 // GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a power of two): the largest CTA the resident path may size,
@@ -829,13 +875,14 @@ inline int resident_threads(const void* kernel, int device, int64_t part, int ve
 }
 
 template <typename T, typename Epi>
-bool try_resident_path(const Problem<T>& pr, bool aligned, const at::TensorOptions& acc_opts, int device,
-                       cudaStream_t stream) {
+bool try_resident_path(const Problem<T>& pr, bool aligned, bool by_rule, const at::TensorOptions& acc_opts,
+                       int device, cudaStream_t stream) {
   using A = typename Acc<T>::type;
   constexpr int V = gn_inline::vec16<T>();
   const gn_inline::DeviceInfo& dev = gn_inline::device_info(device);
   const int64_t D = pr.cpg * pr.HW;
   if (dev.major < 9 || !aligned || pr.HW % V != 0 || pr.cpg > kResidentBwdMaxCpg || D > 0x3fffffff) return false;
+  if (by_rule && !resident_pays(dev, pr.N * pr.C * pr.HW * static_cast<int64_t>(sizeof(T)))) return false;
   const int64_t chan_bytes = 2 * pr.cpg * static_cast<int64_t>(sizeof(A));
   const int64_t slice_bytes = 2 * D * static_cast<int64_t>(sizeof(T));
   // Clusters of up to 8 CTAs of <= 96 KB: two CTAs per SM, so one CTA's loads overlap another's stores (with
@@ -924,7 +971,9 @@ void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t 
   if (pr.HW >= kRowPathMinHW) {
     const auto is16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     const bool aligned = is16(pr.x) && is16(pr.dy) && (pr.dx == nullptr || is16(pr.dx));
-    if (resident_path_disabled() || !try_resident_path<T, Epi>(pr, aligned, acc_opts, x.get_device(), stream))
+    const PathOverride path = backward_path_override();
+    if (path == PathOverride::kRow ||
+        !try_resident_path<T, Epi>(pr, aligned, path == PathOverride::kAuto, acc_opts, x.get_device(), stream))
       run_row_path<T, Epi>(pr, aligned, sms, acc_opts, stream);
   } else if (x.numel() < (int64_t(1) << 30)) {  // every index of the short path fits int32 with room
     run_short_path<T, int32_t, Epi>(pr, sms, acc_opts, stream);

@@ -100,14 +100,28 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
         ss[k] += lss;
       }
     }
-    for (; r < p.row1; r += t.rows, ptr += step, ++j) {
-      const Vec<T, VEC> v = load_vec<T, VEC>(ptr);
-      if constexpr (HOLD) held[j * blockDim.x + threadIdx.x] = v;
+    if (r < p.row1) {  // fewer than kUnroll rows left: one batch of guarded loads, not a chain of single ones
+      Vec<T, VEC> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (r + u * t.rows < p.row1) v[u] = load_vec<T, VEC>(ptr + u * step);
+      if constexpr (HOLD) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (r + u * t.rows < p.row1) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const C d = static_cast<C>(v.v[k]) - K[k];
-        s[k] += d;
-        ss[k] += d * d;
+        C ls = 0, lss = 0;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (r + u * t.rows >= p.row1) continue;
+          const C d = static_cast<C>(v[u].v[k]) - K[k];
+          ls += d;
+          lss += d * d;
+        }
+        s[k] += ls;
+        ss[k] += lss;
       }
     }
   }
@@ -297,11 +311,17 @@ __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restric
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
   }
-  for (; i < count; ++i, xp += step, yp += step) {
-    Vec<T, VEC> v;
-    if constexpr (HOLD) v = held[(count - 1 - i) * blockDim.x + threadIdx.x];
-    else v = load_vec<T, VEC>(xp);
-    store_vec_streaming<T, VEC>(yp, normalize(v));
+  if (i < count) {  // the last < kUnroll rows: one batch of guarded loads
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i + u >= count) continue;
+      if constexpr (HOLD) v[u] = held[(count - 1 - i - u) * blockDim.x + threadIdx.x];
+      else v[u] = load_vec<T, VEC>(xp + u * step);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u < count) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
   }
 }
 

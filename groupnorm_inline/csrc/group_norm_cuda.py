@@ -109,9 +109,15 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
     s += ls;
     ss += lss;
   }
-  for (; j < end; j += stride) {
+  if (j < end) {  // fewer than kUnroll strides left: one batch of guarded loads, not a chain of single ones
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
     C ls = 0, lss = 0;
-    add_shifted<T, VEC>(load_vec<T, VEC>(xs + j), K, ls, lss);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j + u * stride < end) add_shifted<T, VEC>(v[u], K, ls, lss);
     s += ls;
     ss += lss;
   }
@@ -173,9 +179,17 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
       store_vec_streaming<T, VEC>(ys + j + u * stride,
                                   normalize_vec<T, I, VEC, AFFINE, Epi>(v[u], j + u * stride, HW, channel_per_vec, w, b, n, epi));
   }
-  for (; j < end; j += stride)
-    store_vec_streaming<T, VEC>(
-        ys + j, normalize_vec<T, I, VEC, AFFINE, Epi>(load_vec<T, VEC>(xs + j), j, HW, channel_per_vec, w, b, n, epi));
+  if (j < end) {  // the last < kUnroll strides: one batch of guarded loads
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j + u * stride < end)
+        store_vec_streaming<T, VEC>(ys + j + u * stride, normalize_vec<T, I, VEC, AFFINE, Epi>(
+                                                              v[u], j + u * stride, HW, channel_per_vec, w, b, n, epi));
+  }
 }
 
 // ---- small plan: LANES threads per slice, the slice in registers --------------------------------------
@@ -420,6 +434,7 @@ struct DeviceInfo {
   int max_smem_optin = 0;  // bytes of shared memory one CTA may opt into
   int64_t l2_bytes = 0;
   bool cooperative = false;  // cooperative launches (every CTA of the grid resident at once) supported
+  double dram_bytes_per_s = 0;  // peak DRAM bandwidth: two transfers per memory clock over the bus (HBM, GDDR)
 };
 
 inline const DeviceInfo& device_info(int device) {
@@ -435,6 +450,10 @@ inline const DeviceInfo& device_info(int device) {
     int cooperative = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device));
     info.cooperative = cooperative != 0;
+    int mem_khz = 0, bus_bits = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    info.dram_bytes_per_s = 2.0 * 1e3 * mem_khz * (bus_bits / 8.0);
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
   }
   return info;
