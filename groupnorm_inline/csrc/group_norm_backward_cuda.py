@@ -381,8 +381,9 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
   return {w ? sigma * w[row % C] : sigma, mean[slice], coef[kCoefs * slice], coef[kCoefs * slice + 1]};
 }
 
-// Row path, the chunks of row_channel_sums walked from the last one: what step 1 read last is what L2
-// still holds. dx: (rows, HW), written with streaming stores.
+// Row path: CTA b takes chunk [split * chunk, +chunk) of its row (chunks of its own, finer than step 1's), the
+// CTAs walked from the last one: what step 1 read last is what L2 still holds. dx: (rows, HW), written with
+// streaming stores.
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w,
@@ -760,11 +761,17 @@ void launch_row_sums(const Problem<T>& pr, typename Acc<T>::type* partial, int64
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Step 4 cuts rows finer than step 1: one batch of kUnroll vectors per thread and CTA (16 KB of each tensor), as
+// an elementwise kernel does, so that the last wave is a sliver of the kernel. CTAs of whole rows (15876 floats:
+// 7.75 waves of 8 CTAs per SM) left a quarter of the SMs idle in the last wave: H200, float32 (128,64,126,126),
+// 383 us against the 354 us of Inductor's elementwise kernel under ncu; (16,64,256,256) 187 against 181 us.
 template <typename T, int VEC, typename Epi>
-void launch_row_grad_input(const Problem<T>& pr, const typename Acc<T>::type* coef, int64_t rows, const RowPlan& p,
+void launch_row_grad_input(const Problem<T>& pr, const typename Acc<T>::type* coef, int64_t rows,
                            cudaStream_t stream) {
-  row_grad_input<T, VEC, Epi><<<static_cast<unsigned>(rows * p.splits), kThreads, 0, stream>>>(
-      pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, coef, pr.C, pr.cpg, pr.HW, p.chunk, p.splits, pr.b,
+  const int64_t chunk = static_cast<int64_t>(kThreads) * VEC * kUnroll;
+  const int64_t splits = ceil_div(pr.HW, chunk);
+  row_grad_input<T, VEC, Epi><<<static_cast<unsigned>(rows * splits), kThreads, 0, stream>>>(
+      pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, coef, pr.C, pr.cpg, pr.HW, chunk, splits, pr.b,
       backward_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -798,8 +805,8 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
     launch_parameter_grads<T>(pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits, stream);
   }
   if (pr.dx == nullptr) return;
-  if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, p, stream);
-  else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, p, stream);
+  if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, stream);
+  else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, stream);
 }
 
 // Resident path: when the slice's x and dy fit in the shared memory of a cluster (Hopper), steps 1, 2 and
@@ -824,22 +831,23 @@ inline PathOverride backward_path_override() {
 
 // Whether reading x and dy once at the resident kernel's rate beats the row path's two reads at DRAM bandwidth.
 // The resident kernel is latency-bound: each CTA loads its part, waits at the cluster barrier, then writes dx, so
-// it moves ~kResidentBytesPerSm per second per SM whatever the DRAM (x, dy and dx together: 2.0-2.2 TB/s over
-// 132 SMs on both H100 (3.35 TB/s peak) and H200 (4.8 TB/s peak), benchmarks/backward_path_check.py). The row
-// path streams at ~kRowPathEfficiency of the DRAM's peak but moves x and dy twice (5 tensor sizes against 3),
-// less what its second read finds in L2 (it walks the chunks from the last one read: counted as half the L2),
-// and launches two more kernels. H100: one read wins (1.46 against 1.67 ns per byte of x, float32
-// (128,64,126,126)); H200: two reads win (1.16).
+// it moves ~kResidentBytesPerSm per second per SM whatever the DRAM (x, dy and dx together: 1.5-2.4 TB/s over
+// 132 SMs, ~2.1 typical, the same on H100 (3.35 TB/s peak) and H200 (4.8 TB/s peak)). The row path streams 5
+// tensor sizes (x and dy twice, dx once) at ~kRowPathEfficiency of the DRAM's peak, plus a fixed cost of its four
+// launches and each pass's ramp and tail (H200: the measured row path less 5 B at 88% of the peak is 18-27 us from
+// 130 MB to 520 MB; shorter rows cost it more, where the resident path wins anyway). What the second read finds in
+// L2 is not counted: below a few tens of MB the fixed cost decides. benchmarks/backward_path_check.py, H200:
+// float32 (128,64,126,126) row 0.632 ms, resident 0.677; (256,32,32,32) row 0.079, resident 0.052; bfloat16
+// (64,128,128,128) row 0.386, resident 0.438; (16,512,32,32) row 0.075, resident 0.037. On an H100 the rule
+// keeps the resident path (the row path's 5 B at 3.35 TB/s cost more than 3 B at ~2 TB/s).
 constexpr double kResidentBytesPerSm = 15.5e9;
 constexpr double kRowPathEfficiency = 0.88;
-constexpr double kRowPathExtraLaunchSeconds = 6e-6;  // group_coefficients and the second pass's launch
+constexpr double kRowPathFixedSeconds = 20e-6;
 inline bool resident_pays(const gn_inline::DeviceInfo& dev, int64_t tensor_bytes) {
   if (dev.dram_bytes_per_s <= 0) return true;  // unknown bandwidth: keep the single read
   const double B = static_cast<double>(tensor_bytes);
   const double resident_s = 3.0 * B / (kResidentBytesPerSm * dev.sms);
-  const double second_read_dram = std::max(0.0, 2.0 * B - 0.5 * static_cast<double>(dev.l2_bytes));
-  const double row_s = (3.0 * B + second_read_dram) / (kRowPathEfficiency * dev.dram_bytes_per_s) +
-                       kRowPathExtraLaunchSeconds;
+  const double row_s = 5.0 * B / (kRowPathEfficiency * dev.dram_bytes_per_s) + kRowPathFixedSeconds;
   return resident_s < row_s;
 }
 
