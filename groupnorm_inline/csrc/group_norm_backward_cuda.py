@@ -836,10 +836,11 @@ inline PathOverride backward_path_override() {
 // tensor sizes (x and dy twice, dx once) at ~kRowPathEfficiency of the DRAM's peak, plus a fixed cost of its four
 // launches and each pass's ramp and tail (H200: the measured row path less 5 B at 88% of the peak is 18-27 us from
 // 130 MB to 520 MB; shorter rows cost it more, where the resident path wins anyway). What the second read finds in
-// L2 is not counted: below a few tens of MB the fixed cost decides. benchmarks/backward_path_check.py, H200:
-// float32 (128,64,126,126) row 0.632 ms, resident 0.677; (256,32,32,32) row 0.079, resident 0.052; bfloat16
-// (64,128,128,128) row 0.386, resident 0.438; (16,512,32,32) row 0.075, resident 0.037. On an H100 the rule
-// keeps the resident path (the row path's 5 B at 3.35 TB/s cost more than 3 B at ~2 TB/s).
+// L2 is not counted: below a few tens of MB the fixed cost decides. benchmarks/backward_path_check.py, operator
+// ms, row / resident, H200: float32 (128,64,126,126) 0.611 / 0.677, (256,32,32,32) 0.076 / 0.048; bfloat16
+// (64,128,128,128) 0.322 / 0.383, (16,512,32,32) 0.069 / 0.032. On an H100 the rule keeps the resident path,
+// the faster one at every row measured there (the row path's 5 B at 3.35 TB/s cost more than 3 B at ~2 TB/s):
+// float32 (128,64,126,126) 0.894 / 0.749, bfloat16 (64,128,128,128) 0.449 / 0.412.
 constexpr double kResidentBytesPerSm = 15.5e9;
 constexpr double kRowPathEfficiency = 0.88;
 constexpr double kRowPathFixedSeconds = 20e-6;
