@@ -234,3 +234,18 @@ def test_outputs_keep_the_input_layout_and_compute_type():
     x64 = _input((2, 6, 3, 4, 5), torch.float64, torch.channels_last_3d)
     out64, mean64, _ = group_norm_with_stats(x64, 2)
     assert out64.is_contiguous(memory_format=torch.channels_last_3d) and mean64.dtype == torch.float64
+
+
+@pytest.mark.parametrize("huge_pages", ["1", "0"], ids=["huge pages advised", "advice off"])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["NCHW", "CL"])
+def test_outputs_of_32_mb_and_more(memory_format, huge_pages, threads, monkeypatch, poisoned_outputs):
+    """Outputs of >= 32 MB get transparent huge pages advised before the kernels write them (cpu_forward_kernels'
+    advise_huge_pages; GROUPNORM_INLINE_CPU_HUGE_PAGES=0 turns it off): y and grad_input of (1, 64, 256, 256)
+    float64 (32 MB each) against float64 references either way, starting poisoned."""
+    monkeypatch.setenv("GROUPNORM_INLINE_CPU_HUGE_PAGES", huge_pages)
+    threads(2)
+    x = _input((1, 64, 256, 256), torch.float64, memory_format)
+    assert x.numel() * x.element_size() >= 32 << 20
+    w, b = _params(64, torch.float64, True)
+    check_forward_cpu(x, 8, w, b, "none", f"32 MB, huge pages {huge_pages}")
+    check_backward_cpu(x, 8, w, b, "none", f"32 MB, huge pages {huge_pages}")

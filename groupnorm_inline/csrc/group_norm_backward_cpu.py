@@ -239,6 +239,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each.
   std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
   std::vector<double> param_grads(static_cast<size_t>(2 * C));  // dw then db, in double
+  if (output_mask[0]) gn_cpu::advise_huge_pages(dx.mutable_data_ptr(), static_cast<int64_t>(dx.nbytes()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
     using C_t = gn_cpu::compute_t<scalar_t>;
     gn_cpu::BackwardArgs<scalar_t> args;

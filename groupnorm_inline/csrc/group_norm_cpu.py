@@ -179,6 +179,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
   const bool affine = call.params.affine();
   const at::Tensor &w = call.params.w, &b = call.params.b;
   // A channels-last input is read in place and y (empty_like) has its layout: no copies either way.
+  gn_cpu::advise_huge_pages(y.mutable_data_ptr(), static_cast<int64_t>(y.nbytes()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cpu", [&] {
     using C_t = gn_cpu::compute_t<scalar_t>;
     const scalar_t* xp = input.const_data_ptr<scalar_t>();
