@@ -142,12 +142,12 @@ def test_grads_match_float64(shape, num_groups, dtype, params, device):
 
 
 # Rows of HW >= 1024 take the resident (cluster) path or the row path, chosen by a rule from the device's DRAM
-# bandwidth; GROUPNORM_INLINE_BACKWARD_PATH forces either, so both are checked on any GPU. HW values leave a CTA's
-# chunk with 0, 1, 2 and 3 strides after its unrolled loop (the batched tail), rows of odd length take scalar
+# bandwidth; GROUPNORM_INLINE_BACKWARD_PATH forces either, so both are checked on any GPU. The HW values end the
+# CTAs' chunks in partial rounds of vectors (the batched tail of the row loops), rows of odd length take scalar
 # accesses (the resident path declines them), and (1, 2, 3, 6000) splits rows across CTAs.
 LONG_ROW_SHAPES = [
     ((2, 4, 40, 40), 2),         # HW = 1600
-    ((1, 4, 126, 126), 2),       # HW = 15876: 3 full unrolled rounds and a 3.5-stride tail (float32)
+    ((1, 4, 126, 126), 2),       # HW = 15876: float32 rows of 3-4 full rounds, then a partial one
     ((3, 6, 33, 64), 3),         # HW = 2112
     ((2, 8, 33, 35), 4),         # HW = 1155, odd: scalar accesses
     ((1, 2, 3, 6000), 1),        # HW = 18000, rows split across CTAs
