@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline import extension  # noqa: E402
+from forward_check import LOG, log  # noqa: E402
 from report import save_log  # noqa: E402
 from timing import L2Flusher  # noqa: E402
 
@@ -43,12 +44,6 @@ SHAPES = [  # (shape, groups, dtype): slices the resident path can hold (<= 8 CT
     ((8, 320, 64, 64), 32, torch.float16),
     ((4, 512, 64, 64), 32, torch.float16),
 ]
-LOG: list[str] = []
-
-
-def log(text: str) -> None:
-    print(text, flush=True)
-    LOG.append(text)
 
 
 def set_path(setting: str) -> None:
