@@ -1,9 +1,9 @@
 """CUDA source: `group_norm_backward` of a channels-last input (NHWC, NDHWC), read in place, grad_input in its layout.
 
 Spliced into the backward's translation unit (group_norm_backward_cuda.py), inside its namespace: it reuses the
-NCHW steps 2 and 3 (group_coefficients, row_parameter_grads) and the math of `group_norm_backward_cpu`. x, dy and
-dx are (N, HW, C) with C fastest, cut into the tiles of channels_last_common_cuda.py (each thread owns one vector
-of channels and walks rows, so every per-channel constant sits in registers). Five launches:
+NCHW steps 2 and 3 (group_coefficients, parameter_grads_block) and the math of `group_norm_backward_cpu`. x, dy
+and dx are (N, HW, C) with C fastest, cut into the tiles of channels_last_common_cuda.py (each thread owns one
+vector of channels and walks rows, so every per-channel constant sits in registers). Four launches:
 
   1 cl_sums        per tile and channel: ds = sum dz (x - m), db = sum dz, dm = sum (x - m), dz = dy * act'(z)
                    (dy without an activation); unrolled batches added in the compute type, folded into double,
@@ -11,7 +11,7 @@ of channels and walks rows, so every per-channel constant sits in registers). Fi
   2 cl_fold        per (n, c): the hw_tiles partials -> chan (N, C, 3), the layout of the NCHW row path's
                    per-row sums with one split, so steps 3 and 4 are the NCHW kernels.
   3 group_coefficients   per (n, g): delta, coef_x, coef_1.
-  4 row_parameter_grads  per channel: dw, db (only when asked for).
+  4 parameter grads  per channel: dw, db (only when asked for), in the first CTAs of step 5's launch.
   5 cl_grad_input  dx = a[c] dz + coef_x (x - m) + coef_1; each thread walks its rows from the end of the tile
                    (step 1 streams every tile at once, so L2 holds the end of each; all of x and dy when they
                    fit), tiles in reverse order; streaming stores.
@@ -171,13 +171,19 @@ __global__ void __launch_bounds__(256) cl_fold(const A* __restrict__ partial, A*
 }
 
 // Step 5. dx = a dz + coef_x (x - m) + coef_1 per channel, rows from the end of the tile. coef: (N * G, kCoefs).
+// The first job.shape.ctas CTAs compute step 4's parameter gradients instead (no launch of their own).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w, Param<T> b,
     const typename Acc<T>::type* __restrict__ mean,
     const typename Acc<T>::type* __restrict__ rstd, const typename Acc<T>::type* __restrict__ coef, Tiling t,
-    int64_t G, int64_t cpg, Epi epi) {
+    int64_t G, int64_t cpg, Epi epi, ParamJob<T> job) {
   using A = typename Acc<T>::type;
+  if (static_cast<int64_t>(blockIdx.x) < job.shape.ctas) {  // CTA-uniform
+    __shared__ double param_sums[2 * gn_cl::kMaxThreads];
+    parameter_grads_block<T>(job, blockIdx.x, param_sums);
+    return;
+  }
   const Tile p = gn_cl::tile_of(t, static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
   const int64_t c = p.c_tile * t.cw + static_cast<int64_t>(col) * VEC;
@@ -253,8 +259,9 @@ void run(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaS
       static_cast<size_t>(t.threads()) * VEC * kSums * sizeof(A));
   t = gn_cl::make_tiling(pr.N, pr.HW, pr.C, VEC, static_cast<int64_t>(sms) * std::min(std::max(per_sm, 1), kCtasPerSm),
                          kMinRowsPerThread);
-  TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_backward_cuda: channels-last input of ", pr.N,
-                                                          " samples needs more CTAs than one launch takes"));
+  TORCH_CHECK(t.ctas() + pr.C <= 0x7fffffff,  // step 5's grid: the tiles and step 4's CTAs
+              gn_inline_msg::cat("group_norm_backward_cuda: channels-last input of ", pr.N,
+                                 " samples needs more CTAs than one launch takes"));
   const Epi epi = backward_epilogue<Epi>(pr.act);
   at::Tensor partial = at::empty({t.ctas() / t.c_tiles * pr.C * kSums}, acc_opts);  // (N, hw_tiles, C, kSums)
   at::Tensor chan = at::empty({pr.N * pr.C * kSums}, acc_opts);                     // (N, C, kSums)
@@ -270,12 +277,13 @@ void run(const Problem<T>& pr, int sms, const at::TensorOptions& acc_opts, cudaS
   cl_fold<A><<<static_cast<unsigned>(pr.N * c_blocks), 256, 0, stream>>>(pp, cp, pr.C, t.hw_tiles, c_blocks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_coefficients<T>(pr, cp, /*weighted=*/true, pr.cpg, 1, kp, stream);
-  if (pr.dw || pr.db) {
-    launch_parameter_grads<T>(cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, 1, stream);
+  if (pr.dx == nullptr) {
+    launch_parameter_grads<T>(param_job<T>(cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, 1, kThreads, sms), stream);
+    return;
   }
-  if (pr.dx == nullptr) return;
-  cl_grad_input<T, VEC, Epi><<<static_cast<unsigned>(t.ctas()), t.threads(), 0, stream>>>(
-      pr.x, pr.dy, pr.dx, pr.w, pr.b, pr.mean, pr.rstd, kp, t, pr.G, pr.cpg, epi);
+  const ParamJob<T> job = param_job<T>(cp, pr.rstd, kp, pr.dw, pr.db, pr.N, pr.C, pr.G, 1, t.threads(), sms);
+  cl_grad_input<T, VEC, Epi><<<static_cast<unsigned>(job.shape.ctas + t.ctas()), t.threads(), 0, stream>>>(
+      pr.x, pr.dy, pr.dx, pr.w, pr.b, pr.mean, pr.rstd, kp, t, pr.G, pr.cpg, epi, job);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

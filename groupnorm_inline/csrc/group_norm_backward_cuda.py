@@ -8,7 +8,8 @@ written once; scratch is O(N * G + grid), never a full-size temporary:
   1 sums           ds = sum dy (x - m), db = sum dy, dm = sum (x - m), m the saved mean of the slice
   2 coefficients   per slice, one warp: delta = sum dm / D (the saved mean's rounding), S, B, and
                    coef_x, coef_1 of the formulas in `group_norm_backward_cpu`
-  3 parameter grads  dw = sum_n (ds - delta db) rstd, db_param = sum_n db  (when asked for)
+  3 parameter grads  dw = sum_n (ds - delta db) rstd, db_param = sum_n db  (when asked for; on the row and
+                   channels-last paths the first CTAs of step 4's launch, not a launch of their own)
   4 grad input     dx = rstd * w[c] * dy + coef_x * (x - m) + coef_1
 
 Two paths, by row length:
@@ -291,58 +292,101 @@ __global__ void __launch_bounds__(kThreads) group_coefficients(
 
 // ------------------------------------------------------------------------------ 3. parameter grads
 
-// Row path. CTA of 32 x ny threads (ny a power of two <= 32): x picks one of 32 channels, y strides over the
-// samples; the ny partial sums per channel meet in shared memory. partial: (N * C, splits, kSums); coef:
-// (N * G, kCoefs); dw, db: (C,) or null.
-constexpr int kParamGradMaxLanes = 32;  // sample lanes per channel
+// Row, resident and channels-last paths. dw[c] = sum_n (ds - delta db) rstd and db[c] = sum_n db over the
+// (n, split) items of channel c: partial (N * C, splits, kSums), coef: (N * G, kCoefs) (delta), dw, db: (C,) or
+// null. A CTA takes `cc` channels (a power of two <= 32): thread t works on channel t % cc and on every
+// (blockDim.x / cc)-th item from t / cc, and the item lanes of a channel meet in shared memory. A channel's items
+// are N * splits partials read one after another, so the lanes per channel, not the bytes, bound the time: with
+// 32 channels per CTA and 32 lanes each, C = 64 left 2 CTAs to add 128 x 8 partials per channel (21 us, H200,
+// resident path at N = 128); spreading the items over the CTA's threads and the channels over the SMs takes that
+// to a few microseconds. Runs as its own kernel or as extra CTAs of a grad-input launch (ParamJob below).
+struct ParamShape {
+  int64_t N, C, G, cpg, splits;
+  int cc;        // channels per CTA (a power of two, 1..32)
+  int64_t ctas;  // ceil(C / cc), or 0: no parameter gradients asked for
+};
+
+// Channels per CTA: 32 where the channels alone give the SMs work, fewer (more item lanes each) while the grid
+// is short of one CTA per SM and the lanes would still have items.
+inline ParamShape make_param_shape(int64_t N, int64_t C, int64_t G, int64_t splits, int threads, int sms,
+                                   bool wanted) {
+  ParamShape s{N, C, G, C / G, splits, 32, 0};
+  const int64_t items = N * splits;
+  while (s.cc > 1 && ceil_div(C, s.cc) < sms && threads / s.cc < items) s.cc >>= 1;
+  s.ctas = wanted ? ceil_div(C, s.cc) : 0;
+  return s;
+}
+
 template <typename T>
-__global__ void __launch_bounds__(32 * kParamGradMaxLanes) row_parameter_grads(
-    const typename Acc<T>::type* __restrict__ partial, const typename Acc<T>::type* __restrict__ rstd,
-    const typename Acc<T>::type* __restrict__ coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
-    int64_t G, int64_t cpg, int64_t splits) {
+struct ParamJob {
   using A = typename Acc<T>::type;
-  __shared__ double sums[2][kParamGradMaxLanes][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, lanes = blockDim.x >> 5;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  const A* partial;
+  const A* rstd;
+  const A* coef;
+  ParamGrad<T> dw, db;
+  ParamShape shape;
+};
+
+// The CTA's share: channels [block * cc, + cc). Every thread of the CTA calls it (block barriers inside).
+// sums: 2 * blockDim.x doubles of shared memory.
+template <typename T>
+__device__ __forceinline__ void parameter_grads_block(const ParamJob<T>& job, int64_t block, double* sums) {
+  using A = typename Acc<T>::type;
+  const ParamShape& s = job.shape;
+  const int tx = static_cast<int>(threadIdx.x) & (s.cc - 1), ty = static_cast<int>(threadIdx.x) / s.cc;
+  const int lanes = static_cast<int>(blockDim.x) / s.cc;  // threads past lanes * cc only take part in barriers
+  const int64_t c = block * s.cc + tx;
+  const int64_t items = s.N * s.splits;
   double sw = 0, sb = 0;
-  if (c < C) {
-    for (int64_t n = ty; n < N; n += lanes) {
-      const A* p = partial + (n * C + c) * splits * kSums;
-      double ds = 0, dsum = 0;
-      for (int64_t s = 0; s < splits; ++s) {
-        ds += static_cast<double>(p[kSums * s]);
-        dsum += static_cast<double>(p[kSums * s + 1]);
-      }
-      const int64_t slice = n * G + c / cpg;
-      const double delta = static_cast<double>(coef[kCoefs * slice + 2]);
-      sw += (ds - delta * dsum) * static_cast<double>(rstd[slice]);
+  if (c < s.C && ty < lanes) {
+    const int64_t g = c / s.cpg;
+    for (int64_t i = ty; i < items; i += lanes) {
+      const int64_t n = i / s.splits, split = i - n * s.splits;
+      const A* p = job.partial + ((n * s.C + c) * s.splits + split) * kSums;
+      const int64_t slice = n * s.G + g;
+      const double dsum = static_cast<double>(p[1]);
+      sw += (static_cast<double>(p[0]) - static_cast<double>(job.coef[kCoefs * slice + 2]) * dsum) *
+            static_cast<double>(job.rstd[slice]);
       sb += dsum;
     }
   }
-  sums[0][ty][tx] = sw;
-  sums[1][ty][tx] = sb;
+  sums[threadIdx.x] = sw;
+  sums[blockDim.x + threadIdx.x] = sb;
   __syncthreads();
-  if (ty == 0 && c < C) {
-    for (int k = 1; k < lanes; ++k) {
-      sw += sums[0][k][tx];
-      sb += sums[1][k][tx];
+  int half = 1;
+  while (half * 2 < lanes) half *= 2;
+  for (; half > 0; half >>= 1) {  // fixed order: deterministic
+    if (ty < half && ty + half < lanes) {
+      sums[threadIdx.x] += sums[threadIdx.x + half * s.cc];
+      sums[blockDim.x + threadIdx.x] += sums[blockDim.x + threadIdx.x + half * s.cc];
     }
-    if (dw) dw.store(c, sw);
-    if (db) db.store(c, sb);
+    __syncthreads();
+  }
+  if (ty == 0 && c < s.C) {
+    if (job.dw) job.dw.store(c, sums[threadIdx.x]);
+    if (job.db) job.db.store(c, sums[blockDim.x + threadIdx.x]);
   }
 }
 
-// Step 3 of the row, resident and channels-last paths. One lane per sample up to 32: each lane adds its samples'
-// partials in a chain of dependent loads, so the lanes bound the kernel's time (N = 128 with 8 partials a row:
-// 30.8 us with 8 lanes, 21.0 us with 32, H200 under ncu).
 template <typename T>
-void launch_parameter_grads(const typename Acc<T>::type* partial, const typename Acc<T>::type* rstd,
-                            const typename Acc<T>::type* coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
-                            int64_t G, int64_t cpg, int64_t splits, cudaStream_t stream) {
-  int lanes = 1;
-  while (lanes < kParamGradMaxLanes && lanes < N) lanes *= 2;
-  row_parameter_grads<T><<<static_cast<unsigned>(ceil_div(C, 32)), 32 * lanes, 0, stream>>>(
-      partial, rstd, coef, dw, db, N, C, G, cpg, splits);
+__global__ void __launch_bounds__(kThreads) parameter_grads(ParamJob<T> job) {
+  __shared__ double sums[2 * kThreads];
+  parameter_grads_block<T>(job, blockIdx.x, sums);
+}
+
+// Step 3 as its own launch (the resident path, and grad-input launches that do not carry it).
+template <typename T>
+ParamJob<T> param_job(const typename Acc<T>::type* partial, const typename Acc<T>::type* rstd,
+                      const typename Acc<T>::type* coef, ParamGrad<T> dw, ParamGrad<T> db, int64_t N, int64_t C,
+                      int64_t G, int64_t splits, int threads, int sms) {
+  return ParamJob<T>{partial, rstd, coef, dw, db,
+                     make_param_shape(N, C, G, splits, threads, sms, static_cast<bool>(dw) || static_cast<bool>(db))};
+}
+
+template <typename T>
+void launch_parameter_grads(const ParamJob<T>& job, cudaStream_t stream) {
+  if (job.shape.ctas == 0) return;
+  parameter_grads<T><<<static_cast<unsigned>(job.shape.ctas), kThreads, 0, stream>>>(job);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -383,14 +427,20 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 
 // Row path: CTA b takes chunk [split * chunk, +chunk) of its row (chunks of its own, finer than step 1's), the
 // CTAs walked from the last one: what step 1 read last is what L2 still holds. dx: (rows, HW), written with
-// streaming stores.
+// streaming stores. The first job.shape.ctas CTAs compute the parameter gradients instead (step 3 rides along
+// with step 4: no launch of its own, and its few CTAs finish while the others stream).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w,
     const typename Acc<T>::type* __restrict__ mean, const typename Acc<T>::type* __restrict__ rstd,
     const typename Acc<T>::type* __restrict__ coef, int64_t C, int64_t cpg, int64_t HW, int64_t chunk,
-    int64_t splits, Param<T> b, Epi epi) {
+    int64_t splits, Param<T> b, Epi epi, ParamJob<T> job) {
   using A = typename Acc<T>::type;
+  if (static_cast<int64_t>(blockIdx.x) < job.shape.ctas) {  // CTA-uniform
+    __shared__ double param_sums[2 * kThreads];
+    parameter_grads_block<T>(job, blockIdx.x, param_sums);
+    return;
+  }
   const int64_t cta = static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x;
   const int64_t row = cta / splits;
   const int64_t offset = row * HW;
@@ -501,7 +551,7 @@ __global__ void __launch_bounds__(kThreads) short_grad_input(
 //      cluster through distributed shared memory, give the coefficients (formulas of group_coefficients);
 //   4. dx from shared memory.
 // partial: (rows, cluster, kSums) laid out as the row path's with splits = cluster (rank r's share of each
-// row of the slice, zero where it holds none of it), for row_parameter_grads; coef: (N * G, kCoefs).
+// row of the slice, zero where it holds none of it), for parameter_grads; coef: (N * G, kCoefs).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kResidentThreads) resident_backward(
     const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, Param<T> w, Param<T> b,
@@ -599,7 +649,7 @@ __global__ void __launch_bounds__(kResidentThreads) resident_backward(
     A* p = partial + ((n * C + c0 + c) * cluster_size + rank) * kSums;  // (rows, cluster, kSums)
     p[0] = chan[c];
     p[1] = chan[cpg + c];
-    p[2] = A(0);  // dm per row: not read by row_parameter_grads
+    p[2] = A(0);  // dm per row: not read by parameter_grads
   }
   block_sum3(s0, bb, dm, scratch);
 
@@ -767,12 +817,12 @@ void launch_row_sums(const Problem<T>& pr, typename Acc<T>::type* partial, int64
 // 383 us against the 354 us of Inductor's elementwise kernel under ncu; (16,64,256,256) 187 against 181 us.
 template <typename T, int VEC, typename Epi>
 void launch_row_grad_input(const Problem<T>& pr, const typename Acc<T>::type* coef, int64_t rows,
-                           cudaStream_t stream) {
+                           const ParamJob<T>& job, cudaStream_t stream) {
   const int64_t chunk = static_cast<int64_t>(kThreads) * VEC * kUnroll;
   const int64_t splits = ceil_div(pr.HW, chunk);
-  row_grad_input<T, VEC, Epi><<<static_cast<unsigned>(rows * splits), kThreads, 0, stream>>>(
+  row_grad_input<T, VEC, Epi><<<static_cast<unsigned>(job.shape.ctas + rows * splits), kThreads, 0, stream>>>(
       pr.x, pr.dy, pr.dx, pr.w, pr.mean, pr.rstd, coef, pr.C, pr.cpg, pr.HW, chunk, splits, pr.b,
-      backward_epilogue<Epi>(pr.act));
+      backward_epilogue<Epi>(pr.act), job);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -801,12 +851,13 @@ void run_row_path(const Problem<T>& pr, bool aligned, int sms, const at::TensorO
   if (p.vec == V) launch_row_sums<T, V, Epi>(pr, pp, rows, p, stream);
   else launch_row_sums<T, 1, Epi>(pr, pp, rows, p, stream);
   launch_coefficients<T>(pr, pp, /*weighted=*/true, pr.cpg * p.splits, p.splits, cp, stream);
-  if (pr.dw || pr.db) {
-    launch_parameter_grads<T>(pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, pr.cpg, p.splits, stream);
+  const ParamJob<T> job = param_job<T>(pp, pr.rstd, cp, pr.dw, pr.db, pr.N, pr.C, pr.G, p.splits, kThreads, sms);
+  if (pr.dx == nullptr) {
+    launch_parameter_grads<T>(job, stream);
+    return;
   }
-  if (pr.dx == nullptr) return;
-  if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, stream);
-  else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, stream);
+  if (p.vec == V) launch_row_grad_input<T, V, Epi>(pr, cp, rows, job, stream);
+  else launch_row_grad_input<T, 1, Epi>(pr, cp, rows, job, stream);
 }
 
 // Resident path: when the slice's x and dy fit in the shared memory of a cluster (Hopper), steps 1, 2 and
@@ -935,10 +986,10 @@ bool try_resident_path(const Problem<T>& pr, bool aligned, bool by_rule, const a
                                     static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(D),
                                     static_cast<int>(part), backward_epilogue<Epi>(pr.act)));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (pr.dw || pr.db) {
-    launch_parameter_grads<T>(partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G,
-                              pr.cpg, cluster, stream);
-  }
+  launch_parameter_grads<T>(
+      param_job<T>(partial.data_ptr<A>(), pr.rstd, coef.data_ptr<A>(), pr.dw, pr.db, pr.N, pr.C, pr.G, cluster,
+                   kThreads, dev.sms),
+      stream);
   return true;
 }
 
