@@ -117,11 +117,6 @@ __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
   return *reinterpret_cast<const Vec<T, VEC>*>(p);
 }
 
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* p, const Vec<T, VEC>& v) {
-  *reinterpret_cast<Vec<T, VEC>*>(p) = v;
-}
-
 // Streaming store: the output is not read again by this kernel, so keep it from evicting the input in L2.
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec_streaming(T* p, const Vec<T, VEC>& v) {

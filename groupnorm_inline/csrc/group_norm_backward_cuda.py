@@ -56,7 +56,6 @@ namespace gn_inline_backward {
 
 using gn_inline::Vec;
 using gn_inline::load_vec;
-using gn_inline::store_vec;
 using gn_inline::store_vec_streaming;
 
 template <typename T> using Acc = gn_inline::Compute<T>;
@@ -427,9 +426,8 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 }
 
 // Row path: CTA b takes chunk [split * chunk, +chunk) of its row (chunks of its own, finer than step 1's), the
-// CTAs walked from the last one: what step 1 read last is what L2 still holds (read first, so dx may take
-// L2's lines after it: plain stores; `st.global.cs` streamed 0.2-1.7% slower in benchmarks/dx_pass_variants.py,
-// H200, 268 MB to 3.8 GB a tensor). dx: (rows, HW). The first job.shape.ctas CTAs compute the parameter gradients instead (step 3 rides along
+// CTAs walked from the last one: what step 1 read last is what L2 still holds. dx: (rows, HW), written with
+// streaming stores. The first job.shape.ctas CTAs compute the parameter gradients instead (step 3 rides along
 // with step 4: no launch of its own, and its few CTAs finish while the others stream).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
@@ -470,7 +468,7 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
         const A d = static_cast<A>(xv[u].v[e]) - k.mean;
         out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv[u].v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
       }
-      store_vec<T, VEC>(dxr + j + u * stride, out);
+      store_vec_streaming<T, VEC>(dxr + j + u * stride, out);
     }
   }
   if (j < end) {  // the last < kUnroll strides: one batch of guarded loads
@@ -491,7 +489,7 @@ __global__ void __launch_bounds__(kThreads) row_grad_input(
         const A d = static_cast<A>(xv[u].v[e]) - k.mean;
         out.v[e] = static_cast<T>(k.a * grad_z(epi, static_cast<A>(gv[u].v[e]), d, k.a, zb) + k.coef_x * d + k.coef_1);
       }
-      store_vec<T, VEC>(dxr + j + u * stride, out);
+      store_vec_streaming<T, VEC>(dxr + j + u * stride, out);
     }
   }
 }
