@@ -166,6 +166,33 @@ def test_long_row_paths_match_float64(shape, num_groups, dtype, path, monkeypatc
     assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} path {path}")
 
 
+# The parameter gradients add N x splits partials per channel over a CTA of `cc` channels and 256 / cc item lanes
+# (parameter_grads_block): few channels and many samples take cc < 32 and a multi-level lane tree, on every path
+# that produces them (row, resident, and channels-last, whose CTAs have a thread count that is not a power of two
+# when C / vector width does not divide 256, e.g. C = 12 in float32: 255 threads).
+PARAM_SPREAD_CASES = [
+    ((64, 4, 32, 64), 2, "contiguous", "row"),        # HW = 2048, 64 samples: 4 channels per CTA, 64 lanes
+    ((64, 4, 32, 64), 2, "contiguous", "resident"),
+    ((96, 6, 32, 32), 3, "contiguous", "row"),        # C = 6: the last CTA's channels partly past C
+    ((40, 12, 16, 16), 4, "channels_last", "auto"),   # channels-last, 255-thread CTAs
+    ((130, 2, 8, 8), 1, "channels_last", "auto"),     # more samples than 2 x lanes
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, num_groups, layout, path", PARAM_SPREAD_CASES, ids=str)
+def test_parameter_gradients_of_many_samples(shape, num_groups, layout, path, dtype, monkeypatch):
+    if path != "auto":
+        monkeypatch.setenv("GROUPNORM_INLINE_BACKWARD_PATH", path)
+    x = make_input(shape, dtype, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    weight, bias = make_params(shape[1], "affine", dtype, "cuda")
+    grad_out = torch.randn(shape, dtype=torch.float64).to("cuda", dtype)
+    assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} {layout} {path}")
+
+
 # Layouts of the input and of the incoming gradient: each builds a tensor of `shape` from a float64 one.
 LAYOUTS = {
     "contiguous": lambda t: t,
