@@ -79,7 +79,8 @@ inline void channel_sums(const T* x, const T* dy, int64_t len, compute_t<T> m, c
 // dx = a * dz + cx * (x - m) + c1 for len elements of one NCHW channel.
 template <typename T, bool kAct>
 inline void channel_grad_input(const T* x, const T* dy, T* dx, int64_t len, compute_t<T> m, compute_t<T> a,
-                               compute_t<T> bias, compute_t<T> cx, compute_t<T> c1, const gn_act::Params& act) {
+                               compute_t<T> bias, compute_t<T> cx, compute_t<T> c1, const gn_act::Params& act,
+                               bool stream) {
   using P = Pack<T>;
   constexpr int64_t W = P::kWidth;
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias), vcx = P::broadcast(cx),
@@ -88,8 +89,11 @@ inline void channel_grad_input(const T* x, const T* dy, T* dx, int64_t len, comp
   for (; i + W <= len; i += W) {
     const P d = P::load(x + i) - vm;
     const P g = grad_z<T, kAct>(P::load(dy + i), d, va, vb, act);
-    fmadd(va, g, fmadd(vcx, d, vc1)).store(dx + i);
+    const P out = fmadd(va, g, fmadd(vcx, d, vc1));
+    if (stream) out.store_stream(dx + i);
+    else out.store(dx + i);
   }
+  if (stream) stream_fence();
   if (i < len) {
     const int64_t cnt = len - i;
     const P d = P::load(x + i, cnt) - vm;
@@ -181,13 +185,14 @@ void backward_nchw(const BackwardArgs<T>& p) {
     coefs[s] = group_coefficients(total, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[s]),
                                   p.ds + n * p.channels + g * cpg, p.db + n * p.channels + g * cpg);
   };
+  const bool stream = p.dx && stream_output(p.N * p.channels * HW * static_cast<int64_t>(sizeof(T)));
   auto grad_input_of_item = [&](int64_t it) {
     const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
     const GroupCoefficients& k = coefs[s];
     for (int64_t cl = lo / HW; cl * HW < hi; ++cl) {
       const int64_t b = std::max(lo, cl * HW), e = std::min(hi, (cl + 1) * HW), c = g * cpg + cl;
       channel_grad_input<T, kAct>(p.x + s * D + b, p.dy + s * D + b, p.dx + s * D + b, e - b, p.mean[s], a_of(s, c),
-                                  bias_of(c), static_cast<C>(k.coef_x), static_cast<C>(k.coef_1), p.act);
+                                  bias_of(c), static_cast<C>(k.coef_x), static_cast<C>(k.coef_1), p.act, stream);
     }
   };
   if (parts == 1) {
@@ -327,7 +332,7 @@ void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, in
 template <typename T, bool kAct>
 void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
                      const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx, const compute_t<T>* c1,
-                     const gn_act::Params& act) {
+                     const gn_act::Params& act, bool stream) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -339,9 +344,12 @@ void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t l
       const P va = vload(a, c);
       const P d = P::load(x + row + c, cnt) - vload(m, c);
       const P g = grad_z<T, kAct>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
-      fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c))).store(dx + row + c, cnt);
+      const P out = fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c)));
+      if (stream && cnt == W) out.store_stream(dx + row + c);
+      else out.store(dx + row + c, cnt);
     }
   }
+  if (stream) stream_fence();
 }
 
 template <typename T, bool kAct>
@@ -398,11 +406,13 @@ void backward_channels_last(const BackwardArgs<T>& p) {
     }
   }
   if (!p.dx) return;
+  const bool stream = stream_output(N * sample * static_cast<int64_t>(sizeof(T)));
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, begin_of(it),
-                               end_of(it), vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act);
+                               end_of(it), vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act,
+                               stream);
     }
   });
 }
