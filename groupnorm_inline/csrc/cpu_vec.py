@@ -58,7 +58,7 @@ namespace gn_cpu {
 using at::vec::Vectorized;
 
 // Outputs written with non-temporal stores (Pack::store_stream): those well past a core's L2, which a normal
-// store first reads in from memory (the write-allocate read: a third of the traffic of a pass that reads two
+// store first reads in from memory (the write-allocate read: a quarter of the traffic of a pass that reads two
 // tensors and writes one) only to overwrite it. Smaller outputs keep normal stores, so that a consumer right
 // after the kernel may still find them in cache. The backward's grad_input pass (2-core AVX-512 machine, in-process
 // A/B call by call, whole backward): (2,320,64,64) float64 channels-last 3.34 -> 2.62 ms (PyTorch 2.84), NCHW
