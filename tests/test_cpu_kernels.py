@@ -251,15 +251,20 @@ def test_outputs_of_32_mb_and_more(memory_format, huge_pages, threads, monkeypat
     check_backward_cpu(x, 8, w, b, "none", f"32 MB, huge pages {huge_pages}")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["NCHW", "CL"])
-def test_grad_input_of_4_mb_and_more(memory_format, dtype, threads, poisoned_outputs):
-    """grad_input of >= 4 MB is written with non-temporal stores (cpu_vec's stream_output): only where a store is
-    aligned to the vector, the rest (rows of 37 channels, channels of 97 x 101 elements, tails) with normal
-    stores. (3, 37, 97, 101) is 4.3 MB in float32: every such case, against float64, starting poisoned."""
+def test_outputs_of_4_mb_and_more(memory_format, dtype, threads, poisoned_outputs):
+    """grad_input of >= 4 MB in float32 and float64 is written with non-temporal stores (cpu_vec's stream_output):
+    only where a store is aligned to the vector, the rest (rows of 37 channels, channels of 97 x 101 elements,
+    tails) with normal stores; the forward and 16-bit data keep normal stores (measured slower with them). (3, 37,
+    97, 101) is 4.3 MB in float32, (3, 37, 137, 151) 4.6 MB in 16-bit types: every case, forward and backward,
+    against float64, starting poisoned."""
     threads(2)
-    x = _input((3, 37, 97, 101), dtype, memory_format)
+    shape = (3, 37, 137, 151) if dtype.itemsize == 2 else (3, 37, 97, 101)
+    x = _input(shape, dtype, memory_format)
     assert x.numel() * x.element_size() >= 4 << 20
     w, b = _params(37, dtype, True)
+    check_forward_cpu(x, 1, w, b, "none", "4 MB output")
+    check_forward_cpu(x, 37, w, b, "silu", "4 MB output, silu")
     check_backward_cpu(x, 1, w, b, "none", "4 MB grad_input")
     check_backward_cpu(x, 37, w, b, "silu", "4 MB grad_input, silu")
