@@ -76,8 +76,8 @@ GN_CPU_INLINE void stream_fence() {
 // stream_vector(p, v): one whole float or double register of the build's vector ISA written to p (aligned to
 // kStreamAlign) with a non-temporal store. kStreamAlign == 0: no such store here (the portable build), and
 // Pack::store_stream stores normally. Not for Half/BFloat16 data, and not for the forward's output: with them the
-// same A/B as above measured slower (backward 16-bit channels-last 0.71-0.97x, NCHW 0.95-1.17x; forward 0.67-1.10x
-// over 32 rows of 4-64 MB outputs, all four dtypes, NCHW and channels-last, 2026-11-27).
+// same A/B as above mostly lost (16-bit backward: channels-last 0.71-0.97x, NCHW 0.95-1.17x; forward, 32 rows of
+// 4-64 MB outputs, all four dtypes and both layouts: 25 slower at 0.67-0.97x, 7 faster at 1.04-1.77x; 2026-11-27).
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
 constexpr uintptr_t kStreamAlign = 64;
 GN_CPU_INLINE void stream_vector(float* p, __m512 v) { _mm512_stream_ps(p, v); }
