@@ -4,8 +4,9 @@ Rows: (4,64,128,128), (2,320,64,64), (1,128,256,256), (8,32,32,32), (2,512,16,16
 in float32 / bfloat16 / float16 / float64, NCHW and channels-last (channels_last_3d for 5-D), at 2 threads and at
 all threads. Forward: `groupnorm_inline.group_norm` against `F.group_norm` (affine, 32 groups; 8 for C = 32).
 Forward + backward: autograd (`torch.autograd.grad` of input, weight and bias) through each. Every timing is the
-median of --reps calls after 3 warm-up calls; ours and PyTorch alternate call by call in one process. Before timing,
-each row's outputs are checked against float64 (the check's worst error goes into the table's last column).
+median of --reps calls after 3 warm-up calls; ours and PyTorch alternate call by call in one process, and the
+minor page faults of each call are counted (getrusage) into the last column. Before timing, each row's outputs are
+checked against float64 (the check's worst error goes into the check column).
 
     python benchmarks/cpu_kernels_check.py                       # table to stdout
     python benchmarks/cpu_kernels_check.py --out results/cpu.md  # and to a file
@@ -28,6 +29,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+try:
+    import resource  # Unix: getrusage's fault counts
+except ImportError:  # pragma: no cover - Windows
+    resource = None
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout this script sits in
 
 import groupnorm_inline  # noqa: E402
@@ -41,20 +47,32 @@ FWD_TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 4e-3, torch
 BWD_TOL = {torch.float32: 1e-3, torch.bfloat16: 1e-1, torch.float16: 2e-2, torch.float64: 1e-8}
 
 
-def median_ms_pair(fn_a, fn_b, reps: int) -> tuple[float, float]:
-    """Medians (ms) of reps calls of fn_a and of fn_b, called alternately (a, b, a, b, ...) after 3 warm-up
-    calls each: a burst of load from elsewhere on the machine then slows both, not whichever ran during it (on a
-    shared 2-core machine, two back-to-back blocks of calls differed by up to 3x on the same kernel)."""
+def minor_faults() -> int:
+    """Minor page faults of this process so far, all threads (0 where the platform does not count them)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
+
+
+def median_ms_pair(fn_a, fn_b, reps: int) -> tuple[float, float, float, float]:
+    """Medians of reps calls of fn_a and of fn_b, called alternately (a, b, a, b, ...) after 3 warm-up calls
+    each: a burst of load from elsewhere on the machine then slows both, not whichever ran during it (on a shared
+    2-core machine, two back-to-back blocks of calls differed by up to 3x on the same kernel). Returns (ms of a,
+    ms of b, minor page faults per call of a, of b). The faults are there because they can set a row's time: an
+    output of several MB lands in heap memory that glibc may trim and regrow between calls, and every 4 KB page
+    of it then faults again on its first write (the first row of a fresh process measured 4096 per call for a
+    16 MB output, and none once past that phase), whatever the kernel."""
     for _ in range(3):
         fn_a()
         fn_b()
-    times_a, times_b = [], []
+    times_a, times_b, faults_a, faults_b = [], [], [], []
     for _ in range(reps):
-        for fn, times in ((fn_a, times_a), (fn_b, times_b)):
+        for fn, times, faults in ((fn_a, times_a, faults_a), (fn_b, times_b, faults_b)):
+            first_fault = minor_faults()
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
-    return statistics.median(times_a) * 1e3, statistics.median(times_b) * 1e3
+            faults.append(minor_faults() - first_fault)
+    return (statistics.median(times_a) * 1e3, statistics.median(times_b) * 1e3, statistics.median(faults_a),
+            statistics.median(faults_b))
 
 
 def make_case(shape, dtype, channels_last, requires_grad):
@@ -94,7 +112,7 @@ def run(threads: int, rows, reps: int, log) -> list[str]:
             for channels_last in (False, True):
                 x, w, b, grad = make_case(shape, dtype, channels_last, requires_grad=True)
                 worst = check_row(x, groups, w, b, grad)
-                cells = []
+                cells, fault_cells = [], []
                 for backward in (False, True):
                     if backward:
                         def job(fn):
@@ -104,12 +122,14 @@ def run(threads: int, rows, reps: int, log) -> list[str]:
 
                         def job(fn):
                             return lambda: fn(xd, groups, wd, bd)
-                    ours, theirs = median_ms_pair(job(groupnorm_inline.group_norm), job(F.group_norm), reps)
+                    ours, theirs, ours_faults, their_faults = median_ms_pair(
+                        job(groupnorm_inline.group_norm), job(F.group_norm), reps)
                     cells += [f"{ours:.3f}", f"{theirs:.3f}", f"**{theirs / ours:.2f}**" if theirs < ours
                               else f"{theirs / ours:.2f}"]
+                    fault_cells.append(f"{ours_faults:.0f} / {their_faults:.0f}")
                 layout = ("CL3d" if len(shape) == 5 else "CL") if channels_last else "NCHW"
                 line = (f"| {threads} | {tuple(shape)} | {str(dtype).replace('torch.', '')} | {layout} | "
-                        + " | ".join(cells) + f" | {worst:.2f} |")
+                        + " | ".join(cells) + f" | {worst:.2f} | " + "; ".join(fault_cells) + " |")
                 lines.append(line)
                 log(line)
     return lines
@@ -135,11 +155,12 @@ def main() -> None:
         f"{torch.backends.cpu.get_cpu_capability()}; threads {threads}. Median of {args.reps} calls in ms; ratio = "
         "PyTorch / ours (> 1: ours faster; bold where PyTorch is faster). Forward: affine, output allocated per "
         "call; fwd+bwd: autograd of input, weight and bias. check: worst error against float64 over the "
-        "tolerance (<= 1 passes).",
+        "tolerance (<= 1 passes). faults: median minor page faults per call, ours / PyTorch, forward; forward + "
+        "backward (a row whose outputs fault on every call times the page faults as much as the kernels).",
         "",
         "| threads | shape | dtype | layout | fwd ours | fwd torch | fwd ratio | fwd+bwd ours | fwd+bwd torch | "
-        "fwd+bwd ratio | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "fwd+bwd ratio | check | faults |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for line in header:
         print(line, flush=True)

@@ -283,3 +283,24 @@ def test_liger_columns_with_a_stand_in(tmp_path):
     assert silu["liger"] == "n/a: no fused activation (silu)" and silu["median_ms"] == "", silu
     table = next(tmp_path.glob("*.md")).read_text()
     assert "over Liger-Kernel (" in table and "- n/a: no fused activation (silu): gn-silu" in table, table
+
+
+def test_cpu_kernels_check_quick_table(tmp_path):
+    """benchmarks/cpu_kernels_check.py --quick: every row of its table checked against float64 (check <= 1), with
+    times, ratios and the page-fault column (ours / PyTorch per call, forward; forward + backward)."""
+    out = tmp_path / "cpu.md"
+    command = [sys.executable, str(BENCHMARKS / "cpu_kernels_check.py"), "--quick", "--reps", "1", "--threads", "1",
+               "--out", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 2 * 4 * 2, rows  # two shapes x four dtypes x two layouts
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 12, line
+        assert float(cells[10]) <= 1.0, f"check failed: {line}"
+        assert all(float(cells[i].strip("*")) > 0 for i in (4, 5, 6, 7, 8, 9)), line
+        forward, training = cells[11].split("; ")
+        for pair in (forward, training):
+            ours, theirs = pair.split(" / ")
+            assert float(ours) >= 0 and float(theirs) >= 0, line
