@@ -93,7 +93,6 @@ inline void channel_grad_input(const T* x, const T* dy, T* dx, int64_t len, comp
     if (stream) out.store_stream(dx + i);
     else out.store(dx + i);
   }
-  if (stream) stream_fence();
   if (i < len) {
     const int64_t cnt = len - i;
     const P d = P::load(x + i, cnt) - vm;
@@ -185,7 +184,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
     coefs[s] = group_coefficients(total, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[s]),
                                   p.ds + n * p.channels + g * cpg, p.db + n * p.channels + g * cpg);
   };
-  const bool stream = p.dx && stream_output(p.N * p.channels * HW * static_cast<int64_t>(sizeof(T)));
+  const bool stream = p.dx && stream_output<T>(p.N * p.channels * HW);
   auto grad_input_of_item = [&](int64_t it) {
     const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
     const GroupCoefficients& k = coefs[s];
@@ -194,6 +193,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
       channel_grad_input<T, kAct>(p.x + s * D + b, p.dy + s * D + b, p.dx + s * D + b, e - b, p.mean[s], a_of(s, c),
                                   bias_of(c), static_cast<C>(k.coef_x), static_cast<C>(k.coef_1), p.act, stream);
     }
+    if (stream) stream_fence();  // once per item: its streamed stores are ordered before the pool's join
   };
   if (parts == 1) {
     at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
@@ -406,7 +406,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
     }
   }
   if (!p.dx) return;
-  const bool stream = stream_output(N * sample * static_cast<int64_t>(sizeof(T)));
+  const bool stream = stream_output<T>(N * sample);
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;

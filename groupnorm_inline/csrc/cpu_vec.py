@@ -64,7 +64,6 @@ using at::vec::Vectorized;
 // A/B call by call, whole backward): (2,320,64,64) float64 channels-last 3.34 -> 2.62 ms (PyTorch 2.84), NCHW
 // 1.53 -> 1.15 (1.69); (4,64,128,128) float32 NCHW 1.15 -> 0.76 (1.19), channels-last 2.05 -> 1.72.
 constexpr int64_t kStreamStoreMinBytes = int64_t(4) << 20;
-GN_CPU_INLINE bool stream_output(int64_t bytes) { return bytes >= kStreamStoreMinBytes; }
 
 // Orders this thread's non-temporal stores (Pack::store_stream) before its later stores and the pool's join.
 GN_CPU_INLINE void stream_fence() {
@@ -170,6 +169,18 @@ struct Pack {
     hi.store(out + kVec);
   }
 };
+
+// Whether an output of `elements` T is written with Pack::store_stream: false where store_stream would store
+// normally anyway (16-bit data, a build without the stores), so that callers skip stream_fence too.
+template <typename T>
+GN_CPU_INLINE bool stream_output(int64_t elements) {
+  if constexpr (kStreamAlign == 0 || Pack<T>::kConverts) {
+    (void)elements;
+    return false;
+  } else {
+    return elements * static_cast<int64_t>(sizeof(T)) >= kStreamStoreMinBytes;
+  }
+}
 
 template <typename T>
 GN_CPU_INLINE Pack<T> operator+(const Pack<T>& a, const Pack<T>& b) { return {a.lo + b.lo, a.hi + b.hi}; }
