@@ -1,0 +1,93 @@
+"""Times the channels-last forward of this checkout on a fixed set of rows, for comparing two builds run one after
+the other on the same machine (a kernel change against the commit before it).
+
+    python benchmarks/channels_last_forward_times.py --label after [--out DIR]
+
+Per row: a copy of the tensor (channels-last in and out), our public op and eager F.group_norm, timed round-robin
+(one call of each in turn, L2 flushed before every call by writing 256 MB, CUDA events), medians of `--iters`;
+then the plan our forward took. Inputs are random normal values; weight and bias in the input's dtype. Appends to
+DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+try:  # the package on PYTHONPATH if there is one (another build to compare), else this checkout's
+    import groupnorm_inline  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+ROWS = [  # (shape, groups, dtype): channels-last rows from 1 MB to 256 MB, narrow and wide C, 4-D and 5-D
+    ((64, 32, 16, 16), 32, torch.float16),
+    ((1, 320, 64, 64), 32, torch.float16),
+    ((2, 1280, 32, 32), 32, torch.float16),
+    ((2, 640, 64, 64), 32, torch.float16),
+    ((2, 320, 128, 128), 32, torch.float16),
+    ((1, 512, 128, 128), 32, torch.float16),
+    ((8, 320, 64, 64), 32, torch.float32),
+    ((1, 128, 8, 128, 128), 32, torch.bfloat16),
+    ((4, 64, 64, 64), 32, torch.float32),
+    ((32, 64, 32, 32), 8, torch.float16),
+    ((1, 128, 512, 512), 32, torch.float16),
+    ((16, 64, 256, 256), 8, torch.float32),
+]
+
+
+def round_robin(fns: dict, iters: int) -> dict:
+    flush = torch.empty(256 * 1024 * 1024 // 4, device="cuda")
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            flush.fill_(1.0)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) * 1000.0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--label", default="this build")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--iters", type=int, default=40)
+    args = ap.parse_args()
+    import groupnorm_inline as gn
+    from groupnorm_inline.functional import forward_plan
+    print(f"package: {os.path.dirname(gn.__file__)}", flush=True)
+    lines = [f"## {args.label}: {torch.cuda.get_device_name()}, torch {torch.__version__}, round-robin medians of "
+             f"{args.iters} (us)", "| row | copy | ours | eager | ours/copy | plan |", "|---|--:|--:|--:|--:|---|"]
+    for shape, G, dtype in ROWS:
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        x = torch.randn(shape, device="cuda").to(dtype).contiguous(memory_format=fmt)
+        w = torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5
+        b = torch.rand(shape[1], device="cuda", dtype=dtype) - 0.5
+        out = torch.empty_like(x)
+        t = round_robin({"copy": lambda: out.copy_(x), "ours": lambda: gn.group_norm(x, G, w, b),
+                         "eager": lambda: F.group_norm(x, G, w, b)}, args.iters)
+        plan = forward_plan(x, G).split(":")[0]
+        lines.append(f"| {tuple(shape)} G{G} {str(dtype).split('.')[-1]} | {t['copy']:.1f} | {t['ours']:.1f} | "
+                     f"{t['eager']:.1f} | {t['ours'] / t['copy']:.2f}x | {plan} |")
+        print(lines[-1], flush=True)
+        del x, out
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "channels_last_forward_times.txt"), "a") as f:
+        f.write("\n".join(lines) + "\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
