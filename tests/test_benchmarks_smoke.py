@@ -304,3 +304,11 @@ def test_cpu_kernels_check_quick_table(tmp_path):
         for pair in (forward, training):
             ours, theirs = pair.split(" / ")
             assert float(ours) >= 0 and float(theirs) >= 0, line
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
+def test_benchmark_script_compiles(script, tmp_path):
+    """Every benchmark script at least parses and compiles here: most of them need a GPU to run, so CI would
+    otherwise not notice a syntax error in one until it reaches the device."""
+    import py_compile
+    py_compile.compile(str(BENCHMARKS / script), cfile=str(tmp_path / "script.pyc"), doraise=True)
