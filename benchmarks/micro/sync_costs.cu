@@ -50,8 +50,10 @@ __global__ void stream_kernel(const int4* __restrict__ x, int4* __restrict__ y, 
   if (acc == 0x7fffffff) *sink = acc;
 }
 
-template <typename F>
-float median_ms(F launch, int reps = 200) {
+// Median of `reps` single launches, each between two CUDA events; before(i) runs ahead of the i-th timed launch,
+// outside the events (e.g. an L2 flush).
+template <typename F, typename B>
+float median_ms(F launch, int reps, B before) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -59,6 +61,7 @@ float median_ms(F launch, int reps = 200) {
   CHECK(cudaDeviceSynchronize());
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
+    before(i);
     CHECK(cudaEventRecord(a));
     launch();
     CHECK(cudaEventRecord(b));
@@ -67,8 +70,15 @@ float median_ms(F launch, int reps = 200) {
     CHECK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms);
   }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+template <typename F>
+float median_ms(F launch, int reps = 200) {
+  return median_ms(launch, reps, [](int) {});
 }
 
 int main() {
@@ -126,23 +136,9 @@ int main() {
       for (int write : {0, 1}) {
         auto launch = [&] { stream_kernel<<<ctas, 256>>>(x, write ? y : nullptr, n, sink); };
         // L2 flushed before each timed launch: the data comes from DRAM, as a GroupNorm's first read does.
-        cudaEvent_t a, b;
-        CHECK(cudaEventCreate(&a));
-        CHECK(cudaEventCreate(&b));
-        std::vector<float> t;
-        for (int i = 0; i < 50; ++i) {
-          CHECK(cudaMemsetAsync(flush, i, 256u << 20));
-          CHECK(cudaEventRecord(a));
-          launch();
-          CHECK(cudaEventRecord(b));
-          CHECK(cudaEventSynchronize(b));
-          float ms;
-          CHECK(cudaEventElapsedTime(&ms, a, b));
-          t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        std::printf("stream %2zu MB %s with %3d CTAs x 256: %7.2f us (%.0f GB/s read)\n", mb, write ? "read+write" : "read      ",
-                    ctas, 1e3 * t[t.size() / 2], (mb << 20) / (1e-3 * t[t.size() / 2]) / 1e9);
+        const float ms = median_ms(launch, 50, [&](int i) { CHECK(cudaMemsetAsync(flush, i, 256u << 20)); });
+        std::printf("stream %2zu MB %s with %3d CTAs x 256: %7.2f us (%.0f GB/s read)\n", mb,
+                    write ? "read+write" : "read      ", ctas, 1e3 * ms, (mb << 20) / (1e-3 * ms) / 1e9);
       }
     }
   }
