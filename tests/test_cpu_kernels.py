@@ -226,6 +226,21 @@ def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads
     check_backward_cpu(x, groups, w, b, "none", f"mean {offset}")
 
 
+@pytest.mark.parametrize("dtype, offset, atol", [
+    (torch.float32, 0.5, 2e-6),    # ordinary data: within a few float32 ulps of the unit outputs
+    (torch.float64, 1e4, 1e-10),   # |mean| = 1e4 std: the fold's error, ~u |mean| |a|, is ~1e-12 in float64
+], ids=str)
+def test_channels_last_normalisation_accuracy(dtype, offset, atol, threads, poisoned_outputs):
+    """The channels-last forward normalises float32/float64 as x * a + (b - mean * a): checked far tighter than
+    the conditioning term of tests/utils.group_norm_atol, which bounds test_large_mean_float32."""
+    threads(2)
+    x = _input((2, 64, 16, 16), dtype, torch.channels_last, mean=offset, std=1.0)
+    w, b = _params(64, dtype, True)
+    out = group_norm(x, 8, w, b)
+    ref = F.group_norm(x.double().contiguous(), 8, w.double(), b.double(), 1e-5)
+    assert_close_report(out, ref, atol, 0.0, f"{dtype} mean {offset}")
+
+
 def test_outputs_keep_the_input_layout_and_compute_type():
     x = _input((2, 6, 4, 5), torch.bfloat16, torch.channels_last)
     out, mean, rstd = group_norm_with_stats(x, 3)

@@ -3,7 +3,9 @@
 Both layouts make two passes over the data: one read for the statistics, one read and one write to normalise
 and apply the fused activation, y = act((x - mean) * a[c] + b[c]) with a = rstd * w[c]. (Not PyTorch's
 x * a + (b - mean * a): one more subtraction per element, free in a pass bound by memory, and a slice of one
-element, or of equal values, gives exactly b.)
+element, or of equal values, gives exactly b. The channels-last pass is the exception: bound by its loads of x
+and of three per-channel vectors, it takes PyTorch's form for float32 and float64 data, where the fold costs no
+accuracy the mean's own rounding had not already cost: 1-7% faster, see forward_channels_last.)
 
   NCHW (N*G contiguous slices of D = cpg * HW elements). One task per slice does both passes while the slice
   is still in the core's cache, when the slices share out evenly over the threads. Otherwise (fewer slices than
@@ -274,6 +276,31 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, 
   }
 }
 
+// Rows [lo, hi) of one channels-last sample: y[r, c] = act(x[r, c] * a[c] + b[c]) with b = bias - mean * a folded in
+// double: one load of x and two of constants per vector instead of three (where forward_channels_last folds).
+template <typename T, typename Ep>
+void normalize_rows_folded(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* a,
+                           const compute_t<T>* b, const Ep& ep) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t r = lo; r < hi; ++r) {
+    const T* xr = x + r * channels;
+    T* yr = y + r * channels;
+    int64_t c = 0;
+    for (; c + W <= channels; c += W) {
+      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c), va, vb)).store(yr + c);
+    }
+    if (c < channels) {
+      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+      activate(ep, fmadd(P::load(xr + c, channels - c), va, vb)).store(yr + c, channels - c);
+    }
+  }
+}
+
 // Writes one byte in every 4 KB page of y[0, len), so that a freshly mapped output takes its first-touch page faults
 // here, in the statistics pass, rather than in the normalising pass. The output of a large call is a fresh mapping
 // (glibc serves allocations of >= 32 MB from mmap): at (1, 128, 256, 256) float64 its 16384 faults cost more than
@@ -314,6 +341,14 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     }
   });
   // Per sample: m, a, b (cpad each), zero-padded.
+  // fold: float32 and float64 samples are normalised as x * a + (b - mean * a), one vector of constants fewer per
+  // vector of x (the pass is bound by its loads: 1.01-1.07x faster over ten float32/float64 rows, 2-core AVX-512
+  // machine, A/B in one process, rotating order). No accuracy is lost: the fold's error, ~u (|mean| |a| + |b|), is
+  // the one (x - mean) * a + b already has with the mean held in the compute type (u |mean| / 2 from rounding it):
+  // nothing in float64 even at |mean| = 1e4 std; in float32 at 1e4 std both forms are off by ~5e-4 of a unit
+  // output, the conditioning of the formula (PyTorch's own kernel: ~2e-3 there). Half-precision data keep the
+  // shifted form (not measured).
+  constexpr bool fold = std::is_same_v<T, float> || std::is_same_v<T, double>;
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -327,9 +362,11 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       mean_out[n * G + g] = static_cast<C>(m.mean);
       rstd_out[n * G + g] = static_cast<C>(rstd);
       for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
         coef[n * 3 * cpad + c] = static_cast<C>(m.mean);
-        coef[n * 3 * cpad + cpad + c] = static_cast<C>(w ? rstd * static_cast<double>(w[c]) : rstd);
-        coef[n * 3 * cpad + 2 * cpad + c] = b ? b[c] : C(0);
+        coef[n * 3 * cpad + cpad + c] = static_cast<C>(a);
+        coef[n * 3 * cpad + 2 * cpad + c] =
+            fold ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - m.mean * a) : (b ? b[c] : C(0));
       }
     }
   }
@@ -337,7 +374,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad, ep);
+      if constexpr (fold) normalize_rows_folded(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k + cpad, k + 2 * cpad, ep);
+      else normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad, ep);
     }
   });
 }
