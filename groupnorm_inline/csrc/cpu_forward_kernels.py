@@ -249,55 +249,29 @@ void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, doubl
   }
 }
 
-// Rows [lo, hi) of one channels-last sample: y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]); m, a, b padded
-// with zeros to a multiple of kWidth.
-template <typename T, typename Ep>
+// Rows [lo, hi) of one channels-last sample: y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED
+// (b = bias - mean * a folded in double; m unused) y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of
+// constants per vector instead of three. m, a, b padded with zeros to a multiple of kWidth.
+template <bool FOLDED, typename T, typename Ep>
 void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
                     const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
+  // The vector of channels [c, c + W) of row xr, normalised; `count` < W elements for the row's tail.
+  auto normalized = [&](const T* xr, int64_t c, int64_t count) {
+    const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+    const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+    P v = count == W ? P::load(xr + c) : P::load(xr + c, count);
+    if constexpr (!FOLDED) v = v - P{V::loadu(m + c), V::loadu(m + c + P::kVec)};
+    return activate(ep, fmadd(v, va, vb));
+  };
   for (int64_t r = lo; r < hi; ++r) {
     const T* xr = x + r * channels;
     T* yr = y + r * channels;
     int64_t c = 0;
-    for (; c + W <= channels; c += W) {
-      const P vm{V::loadu(m + c), V::loadu(m + c + P::kVec)};
-      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c) - vm, va, vb)).store(yr + c);
-    }
-    if (c < channels) {
-      const P vm{V::loadu(m + c), V::loadu(m + c + P::kVec)};
-      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c, channels - c) - vm, va, vb)).store(yr + c, channels - c);
-    }
-  }
-}
-
-// Rows [lo, hi) of one channels-last sample: y[r, c] = act(x[r, c] * a[c] + b[c]) with b = bias - mean * a folded in
-// double: one load of x and two of constants per vector instead of three (where forward_channels_last folds).
-template <typename T, typename Ep>
-void normalize_rows_folded(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* a,
-                           const compute_t<T>* b, const Ep& ep) {
-  using P = Pack<T>;
-  using V = typename P::V;
-  constexpr int64_t W = P::kWidth;
-  for (int64_t r = lo; r < hi; ++r) {
-    const T* xr = x + r * channels;
-    T* yr = y + r * channels;
-    int64_t c = 0;
-    for (; c + W <= channels; c += W) {
-      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c), va, vb)).store(yr + c);
-    }
-    if (c < channels) {
-      const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
-      const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-      activate(ep, fmadd(P::load(xr + c, channels - c), va, vb)).store(yr + c, channels - c);
-    }
+    for (; c + W <= channels; c += W) normalized(xr, c, W).store(yr + c);
+    if (c < channels) normalized(xr, c, channels - c).store(yr + c, channels - c);
   }
 }
 
@@ -374,8 +348,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      if constexpr (fold) normalize_rows_folded(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k + cpad, k + 2 * cpad, ep);
-      else normalize_rows(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad, ep);
+      normalize_rows<fold>(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad,
+                           ep);
     }
   });
 }
