@@ -5,7 +5,8 @@ the other on the same machine (a kernel change against the commit before it).
 
 Per row: a copy of the tensor (channels-last in and out), our public op and eager F.group_norm, timed round-robin
 (one call of each in turn, L2 flushed before every call by writing 256 MB, CUDA events), medians of `--iters`;
-then the plan our forward took. Inputs are random normal values; weight and bias in the input's dtype. Appends to
+then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
+(read by the op on every call) to the same round-robin; `--rows block` times the rows the block plan takes. Inputs are random normal values; weight and bias in the input's dtype. Appends to
 DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
 """
 
@@ -38,6 +39,20 @@ ROWS = [  # (shape, groups, dtype): channels-last rows from 1 MB to 256 MB, narr
     ((1, 128, 512, 512), 32, torch.float16),
     ((16, 64, 256, 256), 8, torch.float32),
 ]
+BLOCK_ROWS = [  # inputs of many small samples, whose channel tiles fit one CTA (the block plan), 0.1-34 MB
+    ((64, 32, 16, 16), 32, torch.float16),
+    ((32, 64, 32, 32), 8, torch.float16),
+    ((4, 64, 64, 64), 32, torch.float32),
+    ((128, 64, 8, 8), 32, torch.float32),
+    ((16, 512, 32, 32), 32, torch.bfloat16),
+    ((8, 32, 32, 32), 8, torch.float32),
+    ((64, 128, 16, 16), 32, torch.float16),
+    ((256, 32, 32, 32), 8, torch.float32),
+    ((1024, 32, 8, 8), 32, torch.float16),
+    ((2, 320, 16, 16), 32, torch.float16),
+    ((4, 128, 4, 16, 16), 32, torch.bfloat16),
+    ((16, 256, 16, 16), 32, torch.float32),
+]
 
 
 def round_robin(fns: dict, iters: int) -> dict:
@@ -59,28 +74,72 @@ def round_robin(fns: dict, iters: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def kernel_us(fn, iters: int) -> float:
+    """GPU kernel time of one call of fn, in us: the kernels' durations summed (torch.profiler), averaged over
+    iters calls, each after an L2 flush (whose fill kernel is left out). Host time and launch gaps are not in it:
+    where the host is slower than the GPU (few-MB inputs on a slow host) the event timings above measure the host,
+    this measures the kernels."""
+    from torch.profiler import ProfilerActivity, profile
+    flush = torch.empty(256 * 1024 * 1024 // 4, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            flush.fill_(1.0)
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "fill" not in e.name.lower():
+            total += e.device_time
+    return total / iters
+
+
+def forced(plan: str, fn):
+    """fn with GROUPNORM_INLINE_CL_FORWARD_PLAN=plan for the length of the call."""
+    def call():
+        os.environ["GROUPNORM_INLINE_CL_FORWARD_PLAN"] = plan
+        try:
+            return fn()
+        finally:
+            del os.environ["GROUPNORM_INLINE_CL_FORWARD_PLAN"]
+    return call
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--label", default="this build")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--plans", default="", help="comma-separated forced plans to time beside the automatic one")
+    ap.add_argument("--rows", default="main", choices=["main", "block", "all"])
+    ap.add_argument("--kernels", action="store_true", help="also the kernels' GPU time per call (torch.profiler)")
     args = ap.parse_args()
     import groupnorm_inline as gn
     from groupnorm_inline.functional import forward_plan
     print(f"package: {os.path.dirname(gn.__file__)}", flush=True)
+    plans = [p for p in args.plans.split(",") if p]
     lines = [f"## {args.label}: {torch.cuda.get_device_name()}, torch {torch.__version__}, round-robin medians of "
-             f"{args.iters} (us)", "| row | copy | ours | eager | ours/copy | plan |", "|---|--:|--:|--:|--:|---|"]
-    for shape, G, dtype in ROWS:
+             f"{args.iters} (us)", "| row | copy | ours | " + "".join(f"{p} | " for p in plans) +
+             "eager | ours/copy | plan |", "|---|--:|--:|" + "--:|" * len(plans) + "--:|--:|---|"]
+    rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS}[args.rows]
+    for shape, G, dtype in rows:
         fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
         x = torch.randn(shape, device="cuda").to(dtype).contiguous(memory_format=fmt)
         w = torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5
         b = torch.rand(shape[1], device="cuda", dtype=dtype) - 0.5
         out = torch.empty_like(x)
-        t = round_robin({"copy": lambda: out.copy_(x), "ours": lambda: gn.group_norm(x, G, w, b),
-                         "eager": lambda: F.group_norm(x, G, w, b)}, args.iters)
+        fns = {"copy": lambda: out.copy_(x), "ours": lambda: gn.group_norm(x, G, w, b)}
+        for p in plans:
+            fns[p] = forced(p, lambda: gn.group_norm(x, G, w, b))
+        fns["eager"] = lambda: F.group_norm(x, G, w, b)
+        t = round_robin(fns, args.iters)
         plan = forward_plan(x, G).split(":")[0]
-        lines.append(f"| {tuple(shape)} G{G} {str(dtype).split('.')[-1]} | {t['copy']:.1f} | {t['ours']:.1f} | "
-                     f"{t['eager']:.1f} | {t['ours'] / t['copy']:.2f}x | {plan} |")
+        if args.kernels:
+            k = {name: kernel_us(fn, 20) for name, fn in fns.items()}
+            plan += " · kernels (us): " + ", ".join(f"{name} {v:.1f}" for name, v in k.items())
+        lines.append(f"| {tuple(shape)} G{G} {str(dtype).split('.')[-1]} | {t['copy']:.1f} | {t['ours']:.1f} | " +
+                     "".join(f"{t[p]:.1f} | " for p in plans) + f"{t['eager']:.1f} | {t['ours'] / t['copy']:.2f}x | {plan} |")
         print(lines[-1], flush=True)
         del x, out
     os.makedirs(args.out, exist_ok=True)

@@ -15,6 +15,8 @@
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic backward paths
 #              and again with the row path forced
+#   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
+#              (default "fused,three") forced beside the automatic one
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
@@ -45,11 +47,19 @@ for step in "$@"; do
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
         echo "compute-sanitizer exit (automatic paths): $?" | tee -a "$OUT/sanitizer-core.txt"
+        for plan in fused three; do
+            GROUPNORM_INLINE_CL_FORWARD_PLAN=$plan timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
+                "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
+            echo "compute-sanitizer exit (channels-last $plan forced): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-core.txt"
+        done
         for path in row resident; do
             GROUPNORM_INLINE_BACKWARD_PATH=$path timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
                 "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
             echo "compute-sanitizer exit ($path path forced): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-core.txt"
         done ;;
+    cltimes)
+        timeout 400 "$PYTHON" benchmarks/channels_last_forward_times.py --rows "${CL_ROWS:-all}" \
+            --plans "${CL_PLANS:-fused,three}" --iters 30 --out "$OUT" 2>&1 | tail -n 30 ;;
     suite)
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;

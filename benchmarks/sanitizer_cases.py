@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck python benchmarks/sanitizer_cases.py
     compute-sanitizer --tool racecheck python benchmarks/sanitizer_cases.py
 
-Shapes are chosen to reach each forward plan and both backward paths (resident clusters and row chunks for
+Shapes are chosen to reach each forward plan (the channels-last ones take the block plan unless
+GROUPNORM_INLINE_CL_FORWARD_PLAN says `fused` or `three`) and both backward paths (resident clusters and row chunks for
 HW >= 1024, lane segments below), NCHW and channels-last, with and without an activation; the inputs are
 random (never zeros) and small enough that the tools finish in a minute or two.
 """
@@ -26,6 +27,9 @@ CASES = [  # (shape, groups, dtype, memory format)
     ((4, 32, 9, 9), 8, torch.float32, torch.contiguous_format),       # short path (HW < 1024)
     ((2, 32, 16, 16), 8, torch.float16, torch.channels_last),
     ((1, 16, 4, 8, 8), 4, torch.bfloat16, torch.channels_last_3d),
+    ((3, 10, 7, 9), 5, torch.float32, torch.channels_last),           # block plan, scalar accesses (C % 4 != 0)
+    ((8, 128, 7, 9), 2, torch.float16, torch.channels_last),          # block plan, a warp per group (C/G = 64)
+    ((1, 8, 32, 64), 4, torch.float32, torch.channels_last),          # block plan, 256 threads x 8 rows each
 ]
 
 

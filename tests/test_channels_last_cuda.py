@@ -45,7 +45,7 @@ SHAPES = [
     ((1, 32, 64, 64), 8),          # HW = 4096: many tiles per sample
     ((2, 12, 3, 5, 7), 4),         # 5-D, C/G = 3
     ((1, 64, 4, 6, 5), 8),         # 5-D, C/G = 8
-    ((2048, 8, 2, 2), 4),          # more samples than resident CTAs: the three-launch forward, not the fused one
+    ((2048, 8, 2, 2), 4),          # more samples than resident CTAs: three launches when the block plan is off
 ]
 SHAPE_IDS = [f"{tuple(s)}-G{g}" for s, g in SHAPES]
 
@@ -148,17 +148,71 @@ def test_forward_unaligned_input():
 LARGE = ((1, 128, 384, 384), 32)
 
 
-def test_forward_plan_names_every_path():
-    """The three forward paths, each exercised by the tests: one cooperative launch holding its tiles in shared
-    memory (SHAPES), the same reading its tiles again from L2 (LARGE), three launches where the samples alone
-    outnumber the resident CTAs (SHAPES' (2048, 8, 2, 2))."""
+def test_forward_plan_names_every_path(monkeypatch):
+    """The four forward paths, each exercised by the tests: a CTA per sample and channel tile holding its tile in
+    registers (SHAPES' small inputs, by default), one cooperative launch holding its tiles in shared memory
+    (SHAPES with the block plan turned off), the same reading its tiles again from L2 (LARGE), three launches where
+    the samples alone outnumber the resident CTAs ((2048, 8, 2, 2) with the block plan off)."""
     from groupnorm_inline.functional import forward_plan
-    held = forward_plan(_input((2, 320, 16, 16), torch.float16), 32)
+    small = _input((2, 320, 16, 16), torch.float16)
+    many = _input((2048, 8, 2, 2), torch.float32)
+    assert forward_plan(small, 32).startswith("channels_last block (one launch"), forward_plan(small, 32)
+    assert forward_plan(many, 4).startswith("channels_last block (one launch"), forward_plan(many, 4)
     l2 = forward_plan(_input(LARGE[0], torch.float32), LARGE[1])
-    three = forward_plan(_input((2048, 8, 2, 2), torch.float32), 4)
-    assert held.startswith("channels_last fused (one cooperative launch, tiles held"), held
     assert l2.startswith("channels_last fused (one cooperative launch):"), l2
+    monkeypatch.setenv(PLAN_ENV, "fused")
+    held, three = forward_plan(small, 32), forward_plan(many, 4)
+    assert held.startswith("channels_last fused (one cooperative launch, tiles held"), held
     assert three.startswith("channels_last (three launches)"), three
+    monkeypatch.setenv(PLAN_ENV, "three")
+    assert forward_plan(small, 32).startswith("channels_last (three launches)"), forward_plan(small, 32)
+
+
+# GROUPNORM_INLINE_CL_FORWARD_PLAN (read on every call): `fused` turns the block plan off (the cooperative launch
+# where it fits, else three launches), `three` forces the three launches. SHAPES by default take the block plan
+# wherever their tiles fit a CTA; these runs keep the other two paths checked on the same inputs.
+PLAN_ENV = "GROUPNORM_INLINE_CL_FORWARD_PLAN"
+
+
+@pytest.mark.parametrize("plan", ["fused", "three"])
+@pytest.mark.parametrize("name, params, module", ACTS[:2], ids=ACT_IDS[:2])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
+def test_forward_other_plans(shape, groups, dtype, name, params, module, plan, monkeypatch):
+    monkeypatch.setenv(PLAN_ENV, plan)
+    x = _input(shape, dtype)
+    w, b = _params(shape[1], dtype, True)
+    _check_forward(x, groups, w, b, name, params, module, f"{plan} {shape} G={groups} {dtype} {name}")
+
+
+# Block-plan edges: one vector column and 128 rows per thread column (HW = 1024), tiles whose vectors span several
+# one-channel groups (C/G = 1), groups wider than a warp (C/G = 64: a warp per group), thread counts that are not
+# whole warps (HW = 63, 6), many CTAs (1024 samples), a 5-D input, HW = 8 * 256 exactly (every thread of a full
+# CTA holding its eight rows), and scalar accesses (C = 10).
+BLOCK_SHAPES = [
+    ((4, 64, 32, 32), 32),
+    ((64, 32, 16, 16), 32),
+    ((8, 128, 7, 9), 2),
+    ((1024, 16, 2, 3), 8),
+    ((2, 64, 4, 8, 8), 16),
+    ((1, 8, 32, 64), 4),
+    ((3, 10, 7, 9), 5),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", BLOCK_SHAPES, ids=[f"{tuple(s)}-G{g}" for s, g in BLOCK_SHAPES])
+def test_forward_block_plan(shape, groups, dtype):
+    from groupnorm_inline.functional import forward_plan
+    x = _input(shape, dtype)
+    plan = forward_plan(x, groups)
+    assert plan.startswith("channels_last block"), plan
+    w, b = _params(shape[1], dtype, True)
+    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"block {shape} G={groups} {dtype}")
+    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"block {shape} G={groups} {dtype} silu")
+    xm = _input(shape, dtype, mean=1e4, std=1.0) if dtype in (torch.float32, torch.float64) else None
+    if xm is not None:
+        _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"block mean 1e4 {shape} {dtype}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)

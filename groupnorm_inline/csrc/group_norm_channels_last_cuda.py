@@ -31,6 +31,15 @@ Predicted from the L2 re-read it removes: (2, 320, 128, 128) fp16 25.5 -> ~21 us
 single launch, whose time goes to the statistics pass's loads (fewer CTAs per SM when each holds its tile) and
 to the two grid-wide barriers.
 
+Block plan first: where a channel tile of whole groups of one sample fits one CTA's registers (every row of it,
+at most kBlockVecs 16-byte vectors per thread, at most kBlockMaxThreads threads: 32 KB) and all the CTAs are
+resident at once (inputs of many small samples), `cl_block` runs a CTA per (sample, tile): it loads the whole
+tile at once, sums it per channel, reduces the rows in shared memory, finalises its groups and normalises the
+vectors it holds. One launch, no grid-wide barrier, no scratch, x read once. The tile width is the widest whose
+CTAs still cover every SM, else the narrowest. The single cooperative launch spends ~2.3 us on its two grid barriers alone (benchmarks/micro/
+sync_costs.cu) and a finalize round trip through global memory on top: 11.4 us of kernel time at
+(64, 32, 16, 16) fp16, a 1 MB input.
+
 Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
 Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.
 Indices are 64-bit (offsets of row * C), so tensors over 2^31 elements need no other path.
@@ -449,13 +458,263 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
   return plan;
 }
 
+// ---- The block plan: one CTA per (sample, channel tile of whole groups), the tile held in registers ----
+// An input of many small samples ((64, 32, 16, 16): 16 KB a sample) needs neither the grid-wide barriers of
+// cl_fused nor a second read: a CTA loads every row of its channel tile (at most kBlockVecs vectors per
+// thread, all loads in flight at once), sums them per channel, reduces the rows in shared memory, finalises
+// its groups, and normalises the vectors it holds. One launch, x read once, no scratch in global memory.
+// The kernel is a chain of dependent steps (load, three block barriers, a double-precision finalize) with
+// little work per thread, so its cost is latency, paid once per wave of CTAs: the plan takes only inputs whose
+// CTAs are all resident at once (module docstring, "block plan").
+constexpr int kBlockVecs = 8;         // vectors held per thread at most: 32 registers at 16 bytes
+constexpr int kBlockMaxThreads = 256;  // 512 lost to the cooperative launch: 14.1 vs 11.4 us at (4,64,64,64) fp32
+constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (64 spilled the held vectors)
+
+struct BlockPlan {
+  bool ok = false;
+  int cw = 0;        // channels per tile: whole groups and whole vectors; divides C
+  int tc = 0;        // vector columns per tile (cw / vec)
+  int rows = 0;      // ceil(HW / kBlockVecs): thread t holds rows t / tc + i * rows (i < kBlockVecs) of column t % tc
+  int threads = 0;   // tc * rows rounded up to whole warps (the extra threads hold nothing)
+  int lanes = 1;     // lanes that add one channel's row partials (a power of two, at most 32)
+  int64_t ctas = 0;  // N * (C / cw)
+  size_t smem = 0;
+};
+
+// Dynamic shared memory of cl_block: per-channel totals (cw pairs of double), per-channel constants (K, a,
+// shift: cw each, compute type), then every thread's per-channel partial sums (threads * vec pairs).
+template <typename CT>
+inline size_t block_smem(int threads, int vec, int cw) {
+  return static_cast<size_t>(cw) * 2 * sizeof(double) + static_cast<size_t>(cw) * 3 * sizeof(CT) +
+         static_cast<size_t>(threads) * vec * 2 * sizeof(CT);
+}
+
+// x, y: (N, HW, C); grid: N * (C / cw) CTAs of p.threads (tile blockIdx.x % (C / cw) of sample blockIdx.x /
+// (C / cw)); mean_out, rstd_out: (N, G). Channel indices are 32-bit (the host checks C < 2^31): the 64-bit
+// divisions they would otherwise take were most of the instructions of a CTA whose threads hold one vector.
+template <typename T, int VEC, bool AFFINE, typename Epi>
+__global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
+    cl_block(const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> bias,
+             typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
+             int64_t HW, int C, int G, int cpg, int cw, int tc, int rows, int lanes, double eps, Epi epi) {
+  using CT = typename Compute<T>::type;
+  extern __shared__ __align__(16) unsigned char cl_block_smem[];
+  double* chan = reinterpret_cast<double*>(cl_block_smem);  // (cw, 2): the tile's sums per channel
+  CT* cK = reinterpret_cast<CT*>(chan + 2 * cw);             // (cw) each: the channel's group shift K,
+  CT* ca = cK + cw;                                          // its scale a = rstd * w
+  CT* cshift = ca + cw;                                      // and shift b - (mean - K) * a
+  CT* part = cshift + cw;                                    // (threads, VEC, 2): each thread's sums
+  const int c_tiles = C / cw;
+  const int n = static_cast<int>(blockIdx.x) / c_tiles;
+  const int tile_c0 = (static_cast<int>(blockIdx.x) - n * c_tiles) * cw;
+  const int tid = static_cast<int>(threadIdx.x), col = tid % tc, r0 = tid / tc;
+  const bool active = r0 < rows;
+  const int c = tile_c0 + col * VEC;  // this thread's first channel
+  const T* xs = x + static_cast<int64_t>(n) * HW * C + c;
+  T* ys = y + static_cast<int64_t>(n) * HW * C + c;
+  Vec<T, VEC> v[kBlockVecs];
+  CT s[VEC], ss[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) s[k] = ss[k] = CT(0);
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < kBlockVecs; ++i) {
+      const int64_t r = r0 + static_cast<int64_t>(i) * rows;
+      if (r < HW) v[i] = load_vec<T, VEC>(xs + r * C);
+    }
+    // K: row 0 of each channel's group (c + k's group starts at `start`; one division for the thread).
+    CT K[VEC];
+    int start = c / cpg * cpg;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      if (c + k >= start + cpg) start += cpg;
+      K[k] = static_cast<CT>(xs[start - c]);
+    }
+    if (r0 == 0) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) cK[col * VEC + k] = K[k];
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockVecs; ++i) {
+      if (r0 + static_cast<int64_t>(i) * rows >= HW) continue;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const CT d = static_cast<CT>(v[i].v[k]) - K[k];
+        s[k] += d;
+        ss[k] += d * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    part[(tid * VEC + k) * 2] = s[k];
+    part[(tid * VEC + k) * 2 + 1] = ss[k];
+  }
+  __syncthreads();
+  // Channel j of the tile is element j % VEC of column j / VEC of every row slot r: part[(r * tc * VEC + j) * 2].
+  // `lanes` consecutive lanes add interleaved row slots, then a shuffle tree; lanes * cw <= blockDim.x when
+  // lanes > 1 (the host's choice), so every warp takes part whole (blockDim.x is a multiple of 32).
+  const int row_stride = tc * VEC * 2;
+  if (lanes > 1) {
+    const int j = tid / lanes, sub = tid % lanes;
+    double a = 0, b = 0;
+    if (j < cw) {
+      const CT* p = part + sub * row_stride + 2 * j;
+      for (int r = sub; r < rows; r += lanes, p += lanes * row_stride) {
+        a += static_cast<double>(p[0]);
+        b += static_cast<double>(p[1]);
+      }
+    }
+    for (int offset = lanes / 2; offset > 0; offset >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, offset);
+      b += __shfl_xor_sync(0xffffffffu, b, offset);
+    }
+    if (j < cw && sub == 0) {
+      chan[2 * j] = a;
+      chan[2 * j + 1] = b;
+    }
+  } else {
+    for (int j = tid; j < cw; j += blockDim.x) {
+      double a = 0, b = 0;
+      const CT* p = part + 2 * j;
+      for (int r = 0; r < rows; ++r, p += row_stride) {
+        a += static_cast<double>(p[0]);
+        b += static_cast<double>(p[1]);
+      }
+      chan[2 * j] = a;
+      chan[2 * j + 1] = b;
+    }
+  }
+  __syncthreads();
+  // The tile's groups: its channels' sums -> mean, rstd -> every channel's constants. A thread per group when
+  // groups are narrow (a warp per group would queue the many groups of a wide tile on few warps), else a warp.
+  const int g0 = tile_c0 / cpg, groups = cw / cpg;
+  const double count = static_cast<double>(cpg) * static_cast<double>(HW);
+  auto finish_group = [&](int q, double a, double b, int first, int stride) {
+    const SliceNorm<CT> nm = norm_from_sums<CT>(a, b, count, cK[q * cpg], eps);
+    if (first == 0) write_stats(nm, mean_out, rstd_out, static_cast<int64_t>(n) * G + g0 + q);
+    for (int j = q * cpg + first; j < (q + 1) * cpg; j += stride) {
+      const CT aj = AFFINE ? nm.rstd * w[tile_c0 + j] : nm.rstd;
+      ca[j] = aj;
+      cshift[j] = (AFFINE ? bias[tile_c0 + j] : CT(0)) - nm.mean_k * aj;
+    }
+  };
+  if (cpg <= 8) {
+    for (int q = tid; q < groups; q += blockDim.x) {
+      double a = 0, b = 0;
+      for (int j = q * cpg; j < (q + 1) * cpg; ++j) {
+        a += chan[2 * j];
+        b += chan[2 * j + 1];
+      }
+      finish_group(q, a, b, 0, 1);
+    }
+  } else {
+    const int lane = tid & 31, warp = tid >> 5, warps = static_cast<int>(blockDim.x >> 5);
+    for (int q = warp; q < groups; q += warps) {
+      double a = 0, b = 0;
+      for (int j = q * cpg + lane; j < (q + 1) * cpg; j += 32) {
+        a += chan[2 * j];
+        b += chan[2 * j + 1];
+      }
+      finish_group(q, warp_sum(a), warp_sum(b), lane, 32);
+    }
+  }
+  __syncthreads();
+  if (!active) return;
+  CT K[VEC], a[VEC], shift[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) {
+    K[k] = cK[col * VEC + k];
+    a[k] = ca[col * VEC + k];
+    shift[k] = cshift[col * VEC + k];
+  }
+#pragma unroll
+  for (int i = 0; i < kBlockVecs; ++i) {
+    const int64_t r = r0 + static_cast<int64_t>(i) * rows;
+    if (r >= HW) continue;
+    CT z[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(v[i].v[k]) - K[k]) * a[k] + shift[k];
+    epi.apply(z);
+    Vec<T, VEC> o;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
+    store_vec_streaming<T, VEC>(ys + r * C, o);
+  }
+}
+
+// The block plan for this input, if it fits: over tile widths cw (multiples of lcm(cpg, vec) dividing C) whose
+// CTAs (tc * ceil(HW / kBlockVecs) threads, at most kBlockMaxThreads: each thread holds as many rows as it can,
+// which keeps the most of the tensor on chip per CTA and the fewest rows to reduce) are all resident at once,
+// the widest whose N * C / cw CTAs still cover every SM, else the narrowest (the most CTAs).
+template <typename T, int VEC, bool AFFINE, typename Epi>
+BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) {
+  using CT = typename Compute<T>::type;
+  BlockPlan plan;
+  if (N <= 0 || HW <= 0 || C <= 0 || C > 0x7fffffff / 2 || N * C > 0x7fffffff) return plan;
+  const DeviceInfo& dev = device_info(device);
+  const void* kernel = reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi>);
+  const int64_t unit = std::lcm(cpg, static_cast<int64_t>(VEC));
+  const int64_t min_rows = (HW + kBlockVecs - 1) / kBlockVecs;
+  for (int64_t cw = unit; cw <= C; cw += unit) {
+    if (C % cw != 0) continue;
+    const int64_t tc = cw / VEC;
+    if (tc * min_rows > kBlockMaxThreads) break;  // wider tiles need more threads still
+    const int64_t rows = min_rows;
+    const int threads = static_cast<int>((tc * rows + 31) / 32 * 32);
+    if (threads > kBlockMaxThreads) break;
+    const int64_t ctas = N * (C / cw);
+    const size_t smem = block_smem<CT>(threads, VEC, static_cast<int>(cw));
+    if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) break;
+    if (max_active_clusters(kernel, device, 1, threads, smem) < 1) break;  // also opts into the shared memory
+    const int64_t resident = int64_t{resident_ctas_per_sm(kernel, device, threads, smem)} * dev.sms;
+    if (ctas > resident) continue;  // more than one wave: wider tiles make fewer CTAs
+    if (plan.ok && ctas < dev.sms) break;  // narrower tiles were already enough to cover the SMs
+    int lanes = 1;
+    while (lanes < 32 && lanes * 2 <= rows && cw * lanes * 2 <= threads) lanes *= 2;
+    plan.ok = true;
+    plan.cw = static_cast<int>(cw);
+    plan.tc = static_cast<int>(tc);
+    plan.rows = static_cast<int>(rows);
+    plan.threads = threads;
+    plan.lanes = lanes;
+    plan.ctas = ctas;
+    plan.smem = smem;
+    if (ctas < dev.sms) break;  // the SMs are not all covered already: wider tiles only make fewer CTAs
+  }
+  return plan;
+}
+
+// GROUPNORM_INLINE_CL_FORWARD_PLAN: `block` (the default rule), `fused` (never the block plan: the single
+// cooperative launch where it fits, else three launches) or `three` (three launches always). Read on every call
+// (a getenv and a compare) so that tests reach every plan and benchmarks alternate them call by call.
+enum class ClPlanOverride { kAuto, kFused, kThree };
+inline ClPlanOverride cl_plan_override() {
+  const char* v = std::getenv("GROUPNORM_INLINE_CL_FORWARD_PLAN");
+  if (v == nullptr) return ClPlanOverride::kAuto;
+  if (std::strcmp(v, "fused") == 0) return ClPlanOverride::kFused;
+  if (std::strcmp(v, "three") == 0) return ClPlanOverride::kThree;
+  return ClPlanOverride::kAuto;
+}
+
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<T>::type* mean,
             typename Compute<T>::type* rstd, int64_t N, int64_t C, int64_t HW, int64_t G, double eps,
             const gn_act::Params& act, int device, cudaStream_t stream, const at::TensorOptions& opts) {
   using CT = typename Compute<T>::type;
   const int64_t cpg = C / G;
-  const FusedPlan fp = fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device);
+  const ClPlanOverride force = cl_plan_override();
+  if (force == ClPlanOverride::kAuto) {
+    const BlockPlan bp = block_plan<T, VEC, AFFINE, Epi>(N, HW, C, cpg, device);
+    if (bp.ok) {
+      cl_block<T, VEC, AFFINE, Epi><<<static_cast<unsigned>(bp.ctas), bp.threads, bp.smem, stream>>>(
+          x, y, w, bias, mean, rstd, HW, static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
+          bp.rows, bp.lanes, eps, make_epilogue<Epi>(act));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+  }
+  const FusedPlan fp = force == ClPlanOverride::kThree ? FusedPlan{} : fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device);
   const bool fused = fp.kind != FusedKind::kNone;
   const Tiling t = fused ? fp.t : forward_tiling<T, VEC>(N, HW, C, device);
   const size_t smem = fused ? fp.smem : stats_smem(t);
@@ -536,8 +795,18 @@ std::string describe(const at::Tensor& input, int64_t G) {
   const int64_t N = input.size(0), C = input.size(1), HW = input.numel() / (N * C);
   const bool vectorised = C % V == 0 && reinterpret_cast<uintptr_t>(input.data_ptr()) % 16 == 0;
   const int device = input.get_device();
-  const FusedPlan fp = vectorised ? fused_plan<T, V, true, gn_act::Identity>(N, HW, C, device)
-                                  : fused_plan<T, 1, true, gn_act::Identity>(N, HW, C, device);
+  const ClPlanOverride force = cl_plan_override();
+  const BlockPlan bp = force != ClPlanOverride::kAuto ? BlockPlan{}
+                       : vectorised ? block_plan<T, V, true, gn_act::Identity>(N, HW, C, C / G, device)
+                                    : block_plan<T, 1, true, gn_act::Identity>(N, HW, C, C / G, device);
+  if (bp.ok)
+    return "channels_last block (one launch, a CTA per sample and tile of " + std::to_string(bp.cw) +
+           " channels, the tile held in registers, one read): " + std::to_string(bp.ctas) + " CTAs of " +
+           std::to_string(bp.threads) + " threads, " + std::to_string(bp.rows) + " rows per step (vec " +
+           std::to_string(vectorised ? V : 1) + ")";
+  const FusedPlan fp = force == ClPlanOverride::kThree ? FusedPlan{}
+                       : vectorised ? fused_plan<T, V, true, gn_act::Identity>(N, HW, C, device)
+                                    : fused_plan<T, 1, true, gn_act::Identity>(N, HW, C, device);
   const Tiling t = fp.kind != FusedKind::kNone
                        ? fp.t
                        : (vectorised ? forward_tiling<T, V>(N, HW, C, device) : forward_tiling<T, 1>(N, HW, C, device));

@@ -44,7 +44,10 @@ GROUP_NORM_FORWARD_CUDA_TEMPLATE = COMMON_CUDA_HEADER + CL_TILING_CUDA + GROUP_N
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 #include <cooperative_groups.h>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <string>
 #include <tuple>
