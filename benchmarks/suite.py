@@ -164,7 +164,8 @@ VIDEO_ROWS: list[Case] = _rows([
 SMALL_SLICE_ROWS: list[Case] = _rows([
     ((64, 32, 16, 16), 32, ("fp32",), "2048 slices of 256 elements"),
     ((64, 32, 16, 16), 32, ("fp16",), "2048 slices of 256 elements, channels_last", ("cl",)),
-    ((128, 64, 8, 8), 32, ("fp32", "bf16"), "4096 slices of 128 elements"),
+    ((128, 64, 8, 8), 32, ("fp32", "bf16"), "4096 slices of 128 elements", ("nchw", "cl")),
+    ((16, 256, 16, 16), 32, ("fp16",), "many samples of a 256-channel layer, channels_last", ("cl",)),
 ], family="small-slices")
 
 # KernelBench level 1 #35 (input U[0, 1), 8 groups of 2 million elements x 112 samples).
