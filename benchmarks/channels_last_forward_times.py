@@ -6,7 +6,9 @@ the other on the same machine (a kernel change against the commit before it).
 Per row: a copy of the tensor (channels-last in and out), our public op and eager F.group_norm, timed round-robin
 (one call of each in turn, L2 flushed before every call by writing 256 MB, CUDA events), medians of `--iters`;
 then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
-(read by the op on every call) to the same round-robin; `--rows block` times the rows the block plan takes. Inputs are random normal values; weight and bias in the input's dtype. Appends to
+(read by the op on every call) to the same round-robin; `--rows block` times the rows the block plan takes (`all`:
+both sets); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
+inflate. Inputs are random normal values; weight and bias in the input's dtype. Appends to
 DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
 """
 
@@ -139,7 +141,8 @@ def main() -> int:
             k = {name: kernel_us(fn, 20) for name, fn in fns.items()}
             plan += " · kernels (us): " + ", ".join(f"{name} {v:.1f}" for name, v in k.items())
         lines.append(f"| {tuple(shape)} G{G} {str(dtype).split('.')[-1]} | {t['copy']:.1f} | {t['ours']:.1f} | " +
-                     "".join(f"{t[p]:.1f} | " for p in plans) + f"{t['eager']:.1f} | {t['ours'] / t['copy']:.2f}x | {plan} |")
+                     "".join(f"{t[p]:.1f} | " for p in plans) +
+                     f"{t['eager']:.1f} | {t['ours'] / t['copy']:.2f}x | {plan} |")
         print(lines[-1], flush=True)
         del x, out
     os.makedirs(args.out, exist_ok=True)

@@ -36,9 +36,9 @@ at most kBlockVecs 16-byte vectors per thread, at most kBlockMaxThreads threads:
 resident at once (inputs of many small samples), `cl_block` runs a CTA per (sample, tile): it loads the whole
 tile at once, sums it per channel, reduces the rows in shared memory, finalises its groups and normalises the
 vectors it holds. One launch, no grid-wide barrier, no scratch, x read once. The tile width is the widest whose
-CTAs still cover every SM, else the narrowest. The single cooperative launch spends ~2.3 us on its two grid barriers alone (benchmarks/micro/
-sync_costs.cu) and a finalize round trip through global memory on top: 11.4 us of kernel time at
-(64, 32, 16, 16) fp16, a 1 MB input.
+CTAs still cover every SM, else the narrowest. Why: the single cooperative launch spends ~2.3 us on its two grid
+barriers alone (benchmarks/micro/sync_costs.cu) and a finalize round trip through global memory on top, 12.1 us of
+kernel time at (64, 32, 16, 16) fp16 (a 1 MB input) on an H200, where cl_block takes 5.3 us (README, "Block plan").
 
 Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
 Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.
@@ -467,7 +467,7 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
 // little work per thread, so its cost is latency, paid once per wave of CTAs: the plan takes only inputs whose
 // CTAs are all resident at once (module docstring, "block plan").
 constexpr int kBlockVecs = 8;         // vectors held per thread at most: 32 registers at 16 bytes
-constexpr int kBlockMaxThreads = 256;  // 512 lost to the cooperative launch: 14.1 vs 11.4 us at (4,64,64,64) fp32
+constexpr int kBlockMaxThreads = 256;  // 512 lost to cl_fused: 14.1 vs 11.4 us at (4,64,64,64) fp32 (H200 kernels)
 constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (64 spilled the held vectors)
 
 struct BlockPlan {
@@ -490,7 +490,7 @@ inline size_t block_smem(int threads, int vec, int cw) {
 }
 
 // x, y: (N, HW, C); grid: N * (C / cw) CTAs of p.threads (tile blockIdx.x % (C / cw) of sample blockIdx.x /
-// (C / cw)); mean_out, rstd_out: (N, G). Channel indices are 32-bit (the host checks C < 2^31): the 64-bit
+// (C / cw)); mean_out, rstd_out: (N, G). Channel indices are 32-bit (the host checks C <= 2^30): the 64-bit
 // divisions they would otherwise take were most of the instructions of a CTA whose threads hold one vector.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
@@ -651,7 +651,7 @@ template <typename T, int VEC, bool AFFINE, typename Epi>
 BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) {
   using CT = typename Compute<T>::type;
   BlockPlan plan;
-  if (N <= 0 || HW <= 0 || C <= 0 || C > 0x7fffffff / 2 || N * C > 0x7fffffff) return plan;
+  if (N <= 0 || HW <= 0 || C <= 0 || C > (int64_t{1} << 30) || N * C > 0x7fffffff) return plan;
   const DeviceInfo& dev = device_info(device);
   const void* kernel = reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi>);
   const int64_t unit = std::lcm(cpg, static_cast<int64_t>(VEC));
