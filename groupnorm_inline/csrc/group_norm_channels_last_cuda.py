@@ -468,7 +468,7 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
 // CTAs are all resident at once (module docstring, "block plan").
 constexpr int kBlockVecs = 8;         // vectors held per thread at most: 32 registers at 16 bytes
 constexpr int kBlockMaxThreads = 256;  // 512 lost to cl_fused: 14.1 vs 11.4 us at (4,64,64,64) fp32 (H200 kernels)
-constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (64 spilled the held vectors)
+constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (a 64 bound measured slower)
 
 struct BlockPlan {
   bool ok = false;
