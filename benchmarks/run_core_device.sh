@@ -13,8 +13,9 @@
 #              resident, the rule's choice, a streaming floor)
 #   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
-#   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic backward paths
-#              and again with the row path forced
+#   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
+#              then with the channels-last forward's fused and three-launch plans forced, then with each backward
+#              path (row, resident) forced
 #   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
 #              (default "fused,three") forced beside the automatic one
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
@@ -50,7 +51,8 @@ for step in "$@"; do
         for plan in fused three; do
             GROUPNORM_INLINE_CL_FORWARD_PLAN=$plan timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
                 "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
-            echo "compute-sanitizer exit (channels-last $plan forced): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-core.txt"
+            echo "compute-sanitizer exit (channels-last $plan forced): ${PIPESTATUS[0]}" \
+                | tee -a "$OUT/sanitizer-core.txt"
         done
         for path in row resident; do
             GROUPNORM_INLINE_BACKWARD_PATH=$path timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
