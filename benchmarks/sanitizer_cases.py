@@ -30,6 +30,7 @@ CASES = [  # (shape, groups, dtype, memory format)
     ((3, 10, 7, 9), 5, torch.float32, torch.channels_last),           # block plan, scalar accesses (C % 4 != 0)
     ((8, 128, 7, 9), 2, torch.float16, torch.channels_last),          # block plan, a warp per group (C/G = 64)
     ((1, 8, 32, 64), 4, torch.float32, torch.channels_last),          # block plan, 256 threads x 8 rows each
+    ((2, 96, 50, 50), 32, torch.float16, torch.channels_last),        # block plan, clusters of 4, last rank short
 ]
 
 

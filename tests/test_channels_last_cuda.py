@@ -215,6 +215,33 @@ def test_forward_block_plan(shape, groups, dtype):
         _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"block mean 1e4 {shape} {dtype}")
 
 
+# Samples too tall for one CTA: the block plan's clusters (each CTA holds a share of the rows, the sums are added
+# across the cluster through distributed shared memory). Diffusion rows (C/G = 10 and 40), and HW = 2500 over a
+# cluster of 4 whose last CTA holds fewer rows than the others. Which plan a dtype gets depends on how many
+# clusters are resident at once; float16 must take a cluster.
+CLUSTER_SHAPES = [
+    ((1, 320, 64, 64), 32),
+    ((2, 1280, 32, 32), 32),
+    ((2, 96, 50, 50), 32),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", CLUSTER_SHAPES, ids=[f"{tuple(s)}-G{g}" for s, g in CLUSTER_SHAPES])
+def test_forward_block_plan_clusters(shape, groups, dtype):
+    from groupnorm_inline.functional import forward_plan
+    x = _input(shape, dtype)
+    plan = forward_plan(x, groups)
+    if dtype == torch.float16:
+        assert plan.startswith("channels_last block (one launch, a cluster of"), plan
+    w, b = _params(shape[1], dtype, True)
+    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} {shape} G={groups} {dtype}")
+    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"{plan[:40]} {shape} G={groups} {dtype} silu")
+    if dtype in (torch.float32, torch.float64):
+        xm = _input(shape, dtype, mean=1e4, std=1.0)
+        _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} mean 1e4 {shape} {dtype}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_forward_large_input_reread_from_l2(dtype):
     x = _input(LARGE[0], dtype)

@@ -477,7 +477,8 @@ struct BlockPlan {
   int rows = 0;      // ceil(HW / kBlockVecs): thread t holds rows t / tc + i * rows (i < kBlockVecs) of column t % tc
   int threads = 0;   // tc * rows rounded up to whole warps (the extra threads hold nothing)
   int lanes = 1;     // lanes that add one channel's row partials (a power of two, at most 32)
-  int64_t ctas = 0;  // N * (C / cw)
+  int cluster = 1;   // CTAs per (sample, tile), each holding its share of the rows (1: no cluster)
+  int64_t ctas = 0;  // N * (C / cw) * cluster
   size_t smem = 0;
 };
 
@@ -489,10 +490,14 @@ inline size_t block_smem(int threads, int vec, int cw) {
          static_cast<size_t>(threads) * vec * 2 * sizeof(CT);
 }
 
-// x, y: (N, HW, C); grid: N * (C / cw) CTAs of p.threads (tile blockIdx.x % (C / cw) of sample blockIdx.x /
-// (C / cw)); mean_out, rstd_out: (N, G). Channel indices are 32-bit (the host checks C <= 2^30): the 64-bit
-// divisions they would otherwise take were most of the instructions of a CTA whose threads hold one vector.
-template <typename T, int VEC, bool AFFINE, typename Epi>
+// x, y: (N, HW, C); grid: N * (C / cw) * S CTAs of p.threads, S = the cluster size (1 unless CLUSTERED): cluster
+// (blockIdx.x / S) takes tile (blockIdx.x / S) % (C / cw) of sample (blockIdx.x / S) / (C / cw), and its CTA of
+// rank q the rows [q * rows * kBlockVecs, (q + 1) * rows * kBlockVecs). CLUSTERED: each CTA adds its peers'
+// per-channel sums through distributed shared memory (every CTA in the same order, so all get the same
+// statistics), then normalises its own rows. mean_out, rstd_out: (N, G). Channel indices are 32-bit (the host
+// checks C <= 2^30): the 64-bit divisions they would otherwise take were most of the instructions of a CTA whose
+// threads hold one vector.
+template <typename T, int VEC, bool AFFINE, typename Epi, bool CLUSTERED>
 __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     cl_block(const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> bias,
              typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
@@ -504,11 +509,20 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   CT* ca = cK + cw;                                          // its scale a = rstd * w
   CT* cshift = ca + cw;                                      // and shift b - (mean - K) * a
   CT* part = cshift + cw;                                    // (threads, VEC, 2): each thread's sums
+  namespace cg = cooperative_groups;
   const int c_tiles = C / cw;
-  const int n = static_cast<int>(blockIdx.x) / c_tiles;
-  const int tile_c0 = (static_cast<int>(blockIdx.x) - n * c_tiles) * cw;
-  const int tid = static_cast<int>(threadIdx.x), col = tid % tc, r0 = tid / tc;
+  int rank = 0, ranks = 1;
+  if constexpr (CLUSTERED) {
+    rank = static_cast<int>(cg::this_cluster().block_rank());
+    ranks = static_cast<int>(cg::this_cluster().num_blocks());
+  }
+  const int tile = static_cast<int>(blockIdx.x) / ranks;
+  const int n = tile / c_tiles;
+  const int tile_c0 = (tile - n * c_tiles) * cw;
+  const int tid = static_cast<int>(threadIdx.x), col = tid % tc;
+  const int r0 = tid / tc;  // row slot; this thread's rows are row0 + r0 + i * rows
   const bool active = r0 < rows;
+  const int64_t row0 = static_cast<int64_t>(rank) * rows * kBlockVecs;
   const int c = tile_c0 + col * VEC;  // this thread's first channel
   const T* xs = x + static_cast<int64_t>(n) * HW * C + c;
   T* ys = y + static_cast<int64_t>(n) * HW * C + c;
@@ -519,7 +533,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   if (active) {
 #pragma unroll
     for (int i = 0; i < kBlockVecs; ++i) {
-      const int64_t r = r0 + static_cast<int64_t>(i) * rows;
+      const int64_t r = row0 + r0 + static_cast<int64_t>(i) * rows;
       if (r < HW) v[i] = load_vec<T, VEC>(xs + r * C);
     }
     // K: row 0 of each channel's group (c + k's group starts at `start`; one division for the thread).
@@ -536,7 +550,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     }
 #pragma unroll
     for (int i = 0; i < kBlockVecs; ++i) {
-      if (r0 + static_cast<int64_t>(i) * rows >= HW) continue;
+      if (row0 + r0 + static_cast<int64_t>(i) * rows >= HW) continue;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const CT d = static_cast<CT>(v[i].v[k]) - K[k];
@@ -585,14 +599,28 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
       chan[2 * j + 1] = b;
     }
   }
-  __syncthreads();
+  if constexpr (CLUSTERED) cg::this_cluster().sync();  // every CTA's chan complete and visible
+  else __syncthreads();
+  // The sums of channel j over the whole tile: this CTA's, or (CLUSTERED) every rank's in rank order.
+  auto channel_sums = [&](int j, double& a, double& b) {
+    if constexpr (CLUSTERED) {
+      for (int q = 0; q < ranks; ++q) {
+        const double* peer = cg::this_cluster().map_shared_rank(chan, q);
+        a += peer[2 * j];
+        b += peer[2 * j + 1];
+      }
+    } else {
+      a += chan[2 * j];
+      b += chan[2 * j + 1];
+    }
+  };
   // The tile's groups: its channels' sums -> mean, rstd -> every channel's constants. A thread per group when
   // groups are narrow (a warp per group would queue the many groups of a wide tile on few warps), else a warp.
   const int g0 = tile_c0 / cpg, groups = cw / cpg;
   const double count = static_cast<double>(cpg) * static_cast<double>(HW);
   auto finish_group = [&](int q, double a, double b, int first, int stride) {
     const SliceNorm<CT> nm = norm_from_sums<CT>(a, b, count, cK[q * cpg], eps);
-    if (first == 0) write_stats(nm, mean_out, rstd_out, static_cast<int64_t>(n) * G + g0 + q);
+    if (first == 0 && rank == 0) write_stats(nm, mean_out, rstd_out, static_cast<int64_t>(n) * G + g0 + q);
     for (int j = q * cpg + first; j < (q + 1) * cpg; j += stride) {
       const CT aj = AFFINE ? nm.rstd * w[tile_c0 + j] : nm.rstd;
       ca[j] = aj;
@@ -602,24 +630,20 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   if (cpg <= 8) {
     for (int q = tid; q < groups; q += blockDim.x) {
       double a = 0, b = 0;
-      for (int j = q * cpg; j < (q + 1) * cpg; ++j) {
-        a += chan[2 * j];
-        b += chan[2 * j + 1];
-      }
+      for (int j = q * cpg; j < (q + 1) * cpg; ++j) channel_sums(j, a, b);
       finish_group(q, a, b, 0, 1);
     }
   } else {
     const int lane = tid & 31, warp = tid >> 5, warps = static_cast<int>(blockDim.x >> 5);
     for (int q = warp; q < groups; q += warps) {
       double a = 0, b = 0;
-      for (int j = q * cpg + lane; j < (q + 1) * cpg; j += 32) {
-        a += chan[2 * j];
-        b += chan[2 * j + 1];
-      }
+      for (int j = q * cpg + lane; j < (q + 1) * cpg; j += 32) channel_sums(j, a, b);
       finish_group(q, warp_sum(a), warp_sum(b), lane, 32);
     }
   }
-  __syncthreads();
+  // CLUSTERED: no CTA may leave (its shared memory with it) while a peer still reads its sums.
+  if constexpr (CLUSTERED) cg::this_cluster().sync();
+  else __syncthreads();
   if (!active) return;
   CT K[VEC], a[VEC], shift[VEC];
 #pragma unroll
@@ -630,7 +654,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   }
 #pragma unroll
   for (int i = 0; i < kBlockVecs; ++i) {
-    const int64_t r = r0 + static_cast<int64_t>(i) * rows;
+    const int64_t r = row0 + r0 + static_cast<int64_t>(i) * rows;
     if (r >= HW) continue;
     CT z[VEC];
 #pragma unroll
@@ -643,46 +667,80 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   }
 }
 
-// The block plan for this input, if it fits: over tile widths cw (multiples of lcm(cpg, vec) dividing C) whose
-// CTAs (tc * ceil(HW / kBlockVecs) threads, at most kBlockMaxThreads: each thread holds as many rows as it can,
-// which keeps the most of the tensor on chip per CTA and the fewest rows to reduce) are all resident at once,
-// the widest whose N * C / cw CTAs still cover every SM, else the narrowest (the most CTAs).
+// The block plan for this input, if it fits. Cluster sizes S = 1, 2, 4, ... (up to the device's largest
+// cluster), the first that fits: each CTA holds ceil(HW / S) rows of a tile of cw channels (multiples of
+// lcm(cpg, vec) dividing C) in tc * ceil(ceil(HW / S) / kBlockVecs) threads, at most kBlockMaxThreads (each thread
+// holds as many rows as it can: the most of the tensor on chip per CTA, the fewest rows to reduce), and every
+// cluster is resident at once (one wave). Among the widths that fit, the widest whose N * C / cw * S CTAs still
+// cover every SM, else the narrowest (the most CTAs).
 template <typename T, int VEC, bool AFFINE, typename Epi>
 BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) {
   using CT = typename Compute<T>::type;
   BlockPlan plan;
   if (N <= 0 || HW <= 0 || C <= 0 || C > (int64_t{1} << 30) || N * C > 0x7fffffff) return plan;
   const DeviceInfo& dev = device_info(device);
-  const void* kernel = reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi>);
+  const int max_cluster = dev.major >= 9 ? 16 : 1;
   const int64_t unit = std::lcm(cpg, static_cast<int64_t>(VEC));
-  const int64_t min_rows = (HW + kBlockVecs - 1) / kBlockVecs;
-  for (int64_t cw = unit; cw <= C; cw += unit) {
-    if (C % cw != 0) continue;
-    const int64_t tc = cw / VEC;
-    if (tc * min_rows > kBlockMaxThreads) break;  // wider tiles need more threads still
-    const int64_t rows = min_rows;
-    const int threads = static_cast<int>((tc * rows + 31) / 32 * 32);
-    if (threads > kBlockMaxThreads) break;
-    const int64_t ctas = N * (C / cw);
-    const size_t smem = block_smem<CT>(threads, VEC, static_cast<int>(cw));
-    if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) break;
-    if (max_active_clusters(kernel, device, 1, threads, smem) < 1) break;  // also opts into the shared memory
-    const int64_t resident = int64_t{resident_ctas_per_sm(kernel, device, threads, smem)} * dev.sms;
-    if (ctas > resident) continue;  // more than one wave: wider tiles make fewer CTAs
-    if (plan.ok && ctas < dev.sms) break;  // narrower tiles were already enough to cover the SMs
-    int lanes = 1;
-    while (lanes < 32 && lanes * 2 <= rows && cw * lanes * 2 <= threads) lanes *= 2;
-    plan.ok = true;
-    plan.cw = static_cast<int>(cw);
-    plan.tc = static_cast<int>(tc);
-    plan.rows = static_cast<int>(rows);
-    plan.threads = threads;
-    plan.lanes = lanes;
-    plan.ctas = ctas;
-    plan.smem = smem;
-    if (ctas < dev.sms) break;  // the SMs are not all covered already: wider tiles only make fewer CTAs
+  for (int cluster = 1; cluster <= max_cluster && !plan.ok; cluster *= 2) {
+    const void* kernel = cluster == 1 ? reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi, false>)
+                                      : reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi, true>);
+    const int64_t rows = ((HW + cluster - 1) / cluster + kBlockVecs - 1) / kBlockVecs;
+    if (cluster > 1 && (static_cast<int64_t>(cluster) - 1) * rows * kBlockVecs >= HW) break;  // a rank of no rows
+    for (int64_t cw = unit; cw <= C; cw += unit) {
+      if (C % cw != 0) continue;
+      const int64_t tc = cw / VEC;
+      const int threads = static_cast<int>((tc * rows + 31) / 32 * 32);
+      if (threads > kBlockMaxThreads) break;  // wider tiles need more threads still
+      const int64_t tiles = N * (C / cw), ctas = tiles * cluster;
+      const size_t smem = block_smem<CT>(threads, VEC, static_cast<int>(cw));
+      if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) break;
+      // Also opts the kernel into the shared memory and (cluster > 1) the non-portable cluster sizes.
+      const int resident_clusters = max_active_clusters(kernel, device, cluster, threads, smem);
+      if (resident_clusters < 1) break;
+      const int64_t resident = cluster == 1 ? int64_t{resident_ctas_per_sm(kernel, device, threads, smem)} * dev.sms
+                                            : int64_t{resident_clusters};
+      if (tiles > resident) continue;  // more than one wave: wider tiles make fewer
+      if (plan.ok && ctas < dev.sms) break;  // narrower tiles were already enough to cover the SMs
+      int lanes = 1;
+      while (lanes < 32 && lanes * 2 <= rows && cw * lanes * 2 <= threads) lanes *= 2;
+      plan.ok = true;
+      plan.cw = static_cast<int>(cw);
+      plan.tc = static_cast<int>(tc);
+      plan.rows = static_cast<int>(rows);
+      plan.threads = threads;
+      plan.lanes = lanes;
+      plan.cluster = cluster;
+      plan.ctas = ctas;
+      plan.smem = smem;
+      if (ctas < dev.sms) break;  // the SMs are not all covered already: wider tiles only make fewer CTAs
+    }
   }
   return plan;
+}
+
+// Launches the block plan's kernel (a cluster launch when bp.cluster > 1).
+template <typename T, int VEC, bool AFFINE, typename Epi>
+void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef<T> bias,
+                  typename Compute<T>::type* mean, typename Compute<T>::type* rstd, int64_t HW, int64_t C, int64_t G,
+                  int64_t cpg, double eps, const gn_act::Params& act, cudaStream_t stream) {
+  if (bp.cluster == 1) {
+    cl_block<T, VEC, AFFINE, Epi, false><<<static_cast<unsigned>(bp.ctas), bp.threads, bp.smem, stream>>>(
+        x, y, w, bias, mean, rstd, HW, static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
+        bp.rows, bp.lanes, eps, make_epilogue<Epi>(act));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(bp.ctas));
+  config.blockDim = dim3(static_cast<unsigned>(bp.threads));
+  config.dynamicSmemBytes = bp.smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1] = {cluster_dim_attribute(bp.cluster)};
+  config.attrs = attr;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_block<T, VEC, AFFINE, Epi, true>, x, y, w, bias, mean, rstd, HW,
+                                    static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
+                                    bp.rows, bp.lanes, eps, make_epilogue<Epi>(act)));
 }
 
 // GROUPNORM_INLINE_CL_FORWARD_PLAN: `block` (the default rule), `fused` (never the block plan: the single
@@ -707,10 +765,7 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
   if (force == ClPlanOverride::kAuto) {
     const BlockPlan bp = block_plan<T, VEC, AFFINE, Epi>(N, HW, C, cpg, device);
     if (bp.ok) {
-      cl_block<T, VEC, AFFINE, Epi><<<static_cast<unsigned>(bp.ctas), bp.threads, bp.smem, stream>>>(
-          x, y, w, bias, mean, rstd, HW, static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
-          bp.rows, bp.lanes, eps, make_epilogue<Epi>(act));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_block<T, VEC, AFFINE, Epi>(bp, x, y, w, bias, mean, rstd, HW, C, G, cpg, eps, act, stream);
       return;
     }
   }
@@ -800,7 +855,9 @@ std::string describe(const at::Tensor& input, int64_t G) {
                        : vectorised ? block_plan<T, V, true, gn_act::Identity>(N, HW, C, C / G, device)
                                     : block_plan<T, 1, true, gn_act::Identity>(N, HW, C, C / G, device);
   if (bp.ok)
-    return "channels_last block (one launch, a CTA per sample and tile of " + std::to_string(bp.cw) +
+    return "channels_last block (one launch, " +
+           (bp.cluster == 1 ? std::string("a CTA") : "a cluster of " + std::to_string(bp.cluster) + " CTAs") +
+           " per sample and tile of " + std::to_string(bp.cw) +
            " channels, the tile held in registers, one read): " + std::to_string(bp.ctas) + " CTAs of " +
            std::to_string(bp.threads) + " threads, " + std::to_string(bp.rows) + " rows per step (vec " +
            std::to_string(vectorised ? V : 1) + ")";
