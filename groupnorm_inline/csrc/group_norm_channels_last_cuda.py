@@ -35,8 +35,10 @@ Block plan first: where a channel tile of whole groups of one sample fits one CT
 at most kBlockVecs 16-byte vectors per thread, at most kBlockMaxThreads threads: 32 KB) and all the CTAs are
 resident at once (inputs of many small samples), `cl_block` runs a CTA per (sample, tile): it loads the whole
 tile at once, sums it per channel, reduces the rows in shared memory, finalises its groups and normalises the
-vectors it holds. One launch, no grid-wide barrier, no scratch, x read once. The tile width is the widest whose
-CTAs still cover every SM, else the narrowest. Why: the single cooperative launch spends ~2.3 us on its two grid
+vectors it holds. One launch, no grid-wide barrier, no scratch, x read once. A sample too tall for one CTA is
+split over a cluster of 2-16 CTAs, each holding its share of the rows and adding its peers' per-channel sums
+through distributed shared memory (the smallest cluster that fits). The tile width is the widest whose CTAs still
+cover every SM, else the narrowest. Why: the single cooperative launch spends ~2.3 us on its two grid
 barriers alone (benchmarks/micro/sync_costs.cu) and a finalize round trip through global memory on top, 12.1 us of
 kernel time at (64, 32, 16, 16) fp16 (a 1 MB input) on an H200, where cl_block takes 5.3 us (README, "Block plan").
 
