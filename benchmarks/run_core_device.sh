@@ -16,6 +16,8 @@
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
 #              then with the channels-last forward's fused and three-launch plans forced, then with each backward
 #              path (row, resident) forced
+#   racecheck  compute-sanitizer racecheck over the channels-last forward cases of sanitizer_cases.py (the block
+#              plan's shared and distributed shared memory), automatic plans
 #   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
 #              (default "fused,three") forced beside the automatic one
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
@@ -59,6 +61,10 @@ for step in "$@"; do
                 "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
             echo "compute-sanitizer exit ($path path forced): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-core.txt"
         done ;;
+    racecheck)
+        timeout 400 compute-sanitizer --tool racecheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
+            --channels-last --forward 2>&1 | tail -n 12 | tee "$OUT/racecheck-core.txt"
+        echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/racecheck-core.txt" ;;
     cltimes)
         timeout 400 "$PYTHON" benchmarks/channels_last_forward_times.py --rows "${CL_ROWS:-all}" \
             --plans "${CL_PLANS:-fused,three}" --iters 30 --out "$OUT" 2>&1 | tail -n 30 ;;
