@@ -45,6 +45,7 @@ SHAPES = [
     ((2, 8, 3, 4, 5), 2, torch.channels_last_3d),
     ((5, 6), 3, torch.contiguous_format),
     ((2, 6, 7, 3), 6, torch.contiguous_format),
+    ((2, 16, 48, 48), 4, torch.contiguous_format),  # CUDA: slices of 9216, a cluster per slice (resident plan)
 ]
 
 
@@ -91,6 +92,25 @@ def test_forward(shape, groups, memory_format, name, params, module, dtype, devi
     # mean/rstd are the input's statistics, untouched by the activation.
     _, mean0, rstd0 = group_norm_with_stats(x, groups, w, b, 1e-5)
     assert torch.equal(mean, mean0) and torch.equal(rstd, rstd0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", ["silu", "sigmoid", "mish"])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
+def test_forward_far_tails(memory_format, name, dtype, device):
+    """z from -120 to +120 (biases of +-40, +-100): the sigmoid's exponential overflows to inf (z < -88) and
+    flushes to 0 (z > 87) in float; the results must still be 0-ish and z there, as PyTorch's."""
+    shape = (2, 8, 24, 24)
+    x = _input(shape, dtype, memory_format, device)
+    w = torch.full((8,), 6.0, dtype=dtype, device=device)
+    b = torch.tensor([-100.0, -40.0, -3.0, 0.0, 3.0, 40.0, 100.0, -90.0], dtype=dtype, device=device)
+    out = group_norm(x, 2, w, b, 1e-5, activation=name)
+    module = dict((a[0], a[2]) for a in ACTIVATIONS)[name]
+    atol, rtol = TOLERANCES[dtype]
+    # |z| up to ~120: the normalised value's own error scales with |w| and |b|, so the tolerance does too.
+    assert_close_report(out, _reference(x, 2, w, b, 1e-5, module), 100 * atol, 2 * rtol, f"{name} far tails")
+    assert torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)
