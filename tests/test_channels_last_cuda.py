@@ -46,6 +46,7 @@ SHAPES = [
     ((2, 12, 3, 5, 7), 4),         # 5-D, C/G = 3
     ((1, 64, 4, 6, 5), 8),         # 5-D, C/G = 8
     ((2048, 8, 2, 2), 4),          # more samples than resident CTAs: three launches when the block plan is off
+    ((2, 1000, 5, 5), 25),         # 250 threads a tile (a partial last warp) and groups of 40 (a warp per group)
 ]
 SHAPE_IDS = [f"{tuple(s)}-G{g}" for s, g in SHAPES]
 

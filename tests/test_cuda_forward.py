@@ -439,8 +439,8 @@ FORCED_PLAN_CASES = [
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
     ("fused", (3, 8, 100, 100), 2),
     ("split", (3, 8, 100, 100), 2),
-    # HW a multiple of the vector but shorter than a thread's stride: each step of a thread's walk over its
-    # vectors crosses one or more whole channels plus a carry (the apply loops keep c = j / HW without dividing)
+    # HW a multiple of the vector but shorter than a thread's stride: each step of a thread over its vectors
+    # crosses one or more whole channels, so every vector of the thread takes another channel's constants
     ("resident", (3, 8, 24, 24), 2),
     ("fused", (3, 8, 24, 24), 2),
     ("split", (2, 16, 40, 36), 4),

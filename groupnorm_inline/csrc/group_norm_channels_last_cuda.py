@@ -174,9 +174,11 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       out[2 * q] = a;
       out[2 * q + 1] = b;
     }
-  } else {  // wide groups: a warp per slot
+  } else {  // wide groups: a warp per slot, whole warps only
+    // blockDim.x = tc * rows need not be a multiple of 32 (tc = 214 for float64 with C = 1280): the partial
+    // last warp's shuffles would read lanes that do not exist. At least 4 whole warps (tc * rows >= 128).
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int q = warp; q < here; q += warps) {
+    for (int q = warp < warps ? warp : here; q < here; q += warps) {
       const int64_t lo = group_lo(g0 + q, cpg, tile_c0);
       const int64_t hi = group_hi(g0 + q, cpg, tile_c0, tile_c1);
       double a = 0, b = 0;

@@ -164,101 +164,23 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
   return out;
 }
 
-// y = act((x - K) * a + shift) for one vector of one channel.
-template <typename T, int VEC, typename Epi>
-__device__ __forceinline__ Vec<T, VEC> normalize_in_channel(const Vec<T, VEC>& v, typename Compute<T>::type K,
-                                                            typename Compute<T>::type a,
-                                                            typename Compute<T>::type shift, const Epi& epi) {
-  using C = typename Compute<T>::type;
-  C z[VEC];
-#pragma unroll
-  for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - K) * a + shift;
-  epi.apply(z);
-  Vec<T, VEC> out;
-#pragma unroll
-  for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(z[k]);
-  return out;
-}
-
-// A thread's walk over its vectors j, j + stride, j + 2 stride, ... of one slice: the channel c = j / HW kept
-// without a division per vector (stride = dc * HW + dr, added as a carry), and the channel's constants
-// a = rstd * w[c], shift = b[c] - (mean - K) * a reloaded only when c changes. Valid where HW % VEC == 0 (no
-// vector crosses a channel). Why: in the resident plan's apply loop (fp16, 8-element vectors), the 32-bit
-// division and the two parameter loads with their dtype selection were ~36 of ~74 instructions per vector
-// (SASS of sm_90), in a loop that issue slots bound once the epilogue adds its own (Nsight Compute: 25.6
-// instructions per element for the whole plain kernel at (2,320,128,128) fp16).
-template <typename T, typename I, bool AFFINE>
-struct ChannelWalk {
-  using C = typename Compute<T>::type;
-  I c, r, dc, dr, HW;
-  I loaded = -1;  // the channel whose constants a, shift hold
-  C a = C(0), shift = C(0);
-  __device__ __forceinline__ ChannelWalk(I j, I stride, I hw) : HW(hw) {
-    c = j / hw;
-    r = j - c * hw;
-    dc = stride / hw;
-    dr = stride - dc * hw;
-  }
-  // The constants of the current vector's channel.
-  __device__ __forceinline__ void sync(const ParamRef<T>& w, const ParamRef<T>& b, const SliceNorm<C>& n) {
-    if (c == loaded) return;
-    loaded = c;
-    a = AFFINE ? n.rstd * w[c] : n.rstd;
-    shift = (AFFINE ? b[c] : C(0)) - n.mean_k * a;
-  }
-  __device__ __forceinline__ void next() {
-    c += dc;
-    r += dr;
-    if (r >= HW) {
-      r -= HW;
-      ++c;
-    }
-  }
-};
-
-// Normalises a thread's vectors j, j + stride, ... in that order (one call per vector, none skipped between
-// two calls): the walk's constants where HW % VEC == 0, normalize_vec's per-element channels otherwise.
-template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
-struct VectorNormalizer {
-  using C = typename Compute<T>::type;
-  ChannelWalk<T, I, AFFINE> walk;
-  I HW;
-  bool channel_per_vec;
-  ParamRef<T> w, b;
-  SliceNorm<C> n;
-  const Epi& epi;
-  __device__ __forceinline__ VectorNormalizer(I j, I stride, I hw, ParamRef<T> w_, ParamRef<T> b_,
-                                              const SliceNorm<C>& n_, const Epi& epi_)
-      : walk(j, stride, hw), HW(hw), channel_per_vec(hw % VEC == 0), w(w_), b(b_), n(n_), epi(epi_) {}
-  __device__ __forceinline__ Vec<T, VEC> operator()(const Vec<T, VEC>& v, I j) {
-    Vec<T, VEC> out;
-    if (channel_per_vec) {
-      walk.sync(w, b, n);
-      out = normalize_in_channel<T, VEC, Epi>(v, n.K, walk.a, walk.shift, epi);
-    } else {
-      out = normalize_vec<T, I, VEC, AFFINE, Epi>(v, j, HW, false, w, b, n, epi);
-    }
-    walk.next();
-    return out;
-  }
-};
-
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
                                                 I HW, ParamRef<T> w,
                                                 ParamRef<T> b,
                                                 const SliceNorm<typename Compute<T>::type>& n,
                                                 const Epi& epi) {
+  const bool channel_per_vec = (HW % VEC) == 0;
   const I stride = static_cast<I>(blockDim.x) * VEC;
   I j = begin + static_cast<I>(threadIdx.x) * VEC;
-  if (j >= end) return;
-  VectorNormalizer<T, I, VEC, AFFINE, Epi> normalize(j, stride, HW, w, b, n, epi);
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(ys + j + u * stride, normalize(v[u], j + u * stride));
+    for (int u = 0; u < kUnroll; ++u)
+      store_vec_streaming<T, VEC>(ys + j + u * stride,
+                                  normalize_vec<T, I, VEC, AFFINE, Epi>(v[u], j + u * stride, HW, channel_per_vec, w, b, n, epi));
   }
   if (j < end) {  // the last < kUnroll strides: one batch of guarded loads
     Vec<T, VEC> v[kUnroll];
@@ -267,7 +189,9 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
       if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j + u * stride < end) store_vec_streaming<T, VEC>(ys + j + u * stride, normalize(v[u], j + u * stride));
+      if (j + u * stride < end)
+        store_vec_streaming<T, VEC>(ys + j + u * stride, normalize_vec<T, I, VEC, AFFINE, Epi>(
+                                                              v[u], j + u * stride, HW, channel_per_vec, w, b, n, epi));
   }
 }
 
@@ -404,13 +328,12 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
 
   // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
   const int64_t c0 = (slice % G) * channels_per_group;
-  if (begin + static_cast<int>(threadIdx.x) * VEC < end) {
-    VectorNormalizer<T, int, VEC, AFFINE, Epi> normalize(begin + threadIdx.x * VEC, stride, HW,
-                                                         AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, n, epi);
-    for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
-      const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
-      store_vec_streaming<T, VEC>(ys + j, normalize(v, j));
-    }
+  const bool channel_per_vec = (HW % VEC) == 0;
+  for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
+    const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
+    store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
+                                                                            AFFINE ? w + c0 : w,
+                                                                            AFFINE ? b + c0 : b, n, epi));
   }
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
   cluster.barrier_wait();
