@@ -201,6 +201,18 @@ BLOCK_SHAPES = [
 ]
 
 
+def _check_plan_on(x, groups, plan):
+    """The forward of x under the plan it takes (named in the messages): plain and with SiLU, and for float32 and
+    float64 again with |mean| = 1e4 std."""
+    shape, dtype = tuple(x.shape), x.dtype
+    w, b = _params(shape[1], dtype, True)
+    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} {shape} G={groups} {dtype}")
+    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"{plan[:40]} {shape} G={groups} {dtype} silu")
+    if dtype in (torch.float32, torch.float64):
+        xm = _input(shape, dtype, mean=1e4, std=1.0)
+        _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} mean 1e4 {shape} {dtype}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape, groups", BLOCK_SHAPES, ids=[f"{tuple(s)}-G{g}" for s, g in BLOCK_SHAPES])
 def test_forward_block_plan(shape, groups, dtype):
@@ -208,12 +220,7 @@ def test_forward_block_plan(shape, groups, dtype):
     x = _input(shape, dtype)
     plan = forward_plan(x, groups)
     assert plan.startswith("channels_last block"), plan
-    w, b = _params(shape[1], dtype, True)
-    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"block {shape} G={groups} {dtype}")
-    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"block {shape} G={groups} {dtype} silu")
-    xm = _input(shape, dtype, mean=1e4, std=1.0) if dtype in (torch.float32, torch.float64) else None
-    if xm is not None:
-        _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"block mean 1e4 {shape} {dtype}")
+    _check_plan_on(x, groups, plan)
 
 
 # Samples too tall for one CTA: the block plan's clusters (each CTA holds a share of the rows, the sums are added
@@ -235,12 +242,7 @@ def test_forward_block_plan_clusters(shape, groups, dtype):
     plan = forward_plan(x, groups)
     if dtype == torch.float16:
         assert plan.startswith("channels_last block (one launch, a cluster of"), plan
-    w, b = _params(shape[1], dtype, True)
-    _check_forward(x, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} {shape} G={groups} {dtype}")
-    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"{plan[:40]} {shape} G={groups} {dtype} silu")
-    if dtype in (torch.float32, torch.float64):
-        xm = _input(shape, dtype, mean=1e4, std=1.0)
-        _check_forward(xm, groups, w, b, None, None, nn.Identity(), f"{plan[:40]} mean 1e4 {shape} {dtype}")
+    _check_plan_on(x, groups, plan)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
