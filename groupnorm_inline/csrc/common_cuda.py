@@ -21,8 +21,48 @@ COMMON_CUDA_HEADER = r"""
 #include <tuple>
 #include <type_traits>
 #include <ATen/core/Tensor.h>
+#include <cooperative_groups.h>
 
 namespace gn_inline {
+
+// The calling CTA's thread-block cluster, in calls that compile for every target arch: on sm_90+ the
+// cooperative-groups cluster; below sm_90 (no clusters: cooperative_groups declares no this_cluster there, so a
+// multi-arch build such as "8.0;9.0" would not compile) a cluster of one CTA. The host launches a kernel as
+// clusters only on sm_90+ devices, so the one-CTA view is only compiled, never run in place of a real cluster.
+struct ClusterView {
+  __device__ __forceinline__ static int rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+  }
+  __device__ __forceinline__ static int size() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return static_cast<int>(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+  }
+  // Every thread of every CTA of the cluster arrives (shared memory writes before it visible cluster-wide).
+  __device__ __forceinline__ static void sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+  }
+  // `p` (this CTA's shared memory) as seen in the shared memory of the CTA of rank q.
+  template <typename P>
+  __device__ __forceinline__ static P* peer(P* p, int q) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, q);
+#else
+    (void)q;
+    return p;
+#endif
+  }
+};
 
 // CTAs of `kernel` (`threads` threads, `smem` bytes of dynamic shared memory) resident per SM of `device` (the
 // current device), asked once per (kernel, device, threads, smem) and kept: launch plans ask on every call,

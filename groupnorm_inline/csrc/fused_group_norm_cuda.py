@@ -668,12 +668,11 @@ __device__ __forceinline__ void cl_pool_group_pass(const float* pooled, int S, i
 template <typename T, class Pro, class Epi, int K>
 __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* __restrict__ x, const Problem p,
                                                                    int slabs, T* __restrict__ out) {
-  namespace cg = cooperative_groups;
+  using cluster = gn_inline::ClusterView;  // compiles below sm_90 too; launched only on sm_90+
   constexpr int V = gn_inline::vec16<T>();
   constexpr int kPer = K == 2 ? 2 : 1;  // pooled vectors per thread per step (their loads in flight together)
   extern __shared__ float4 cl_pool_smem[];
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
+  const int rank = cluster::rank();
   const int S = static_cast<int>(p.S), C = static_cast<int>(p.C), G = static_cast<int>(p.G);
   const int cpg = static_cast<int>(p.cpg), W = static_cast<int>(p.W), OW = static_cast<int>(p.W / p.in_pool);
   const int k = K > 0 ? K : static_cast<int>(p.in_pool);
@@ -687,8 +686,8 @@ __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* _
   double* totals = part + G * slabs;                                // [2][G] this CTA's sums of the two passes
   float2* gstat = reinterpret_cast<float2*>(totals + 2 * G);        // [G] (mean, rstd)
   signed char* dirs = reinterpret_cast<signed char*>(gstat + G);    // [C] the prologue's direction
-  const double* totals0 = cluster.map_shared_rank(totals, 0);
-  const double* totals1 = cluster.map_shared_rank(totals, 1);
+  const double* totals0 = cluster::peer(totals, 0);
+  const double* totals1 = cluster::peer(totals, 1);
   const Pro pro(p.args, 0, 0);
   const Epi epi(p.args, Pro::kVectors, Pro::kScalars);
   const bool fused = (p.stats_mode & kFusedAffine) != 0;
@@ -768,7 +767,7 @@ __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* _
     // cluster barrier after each pass publishes this CTA's totals; the peer's are read before the next barrier,
     // and each pass has its own totals row, so no CTA overwrites a row its peer may still be reading.
     cl_pool_group_pass(pooled, own, C, G, cpg, slabs, part, totals, [](int, float v) { return v; });
-    cluster.sync();
+    cluster::sync();
     for (int g = threadIdx.x; g < G; g += kClPoolThreads)
       gstat[g].x = static_cast<float>((totals0[g] + totals1[g]) / count);
     __syncthreads();
@@ -776,7 +775,7 @@ __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* _
       const float d = v - gstat[g].x;
       return d * d;
     });
-    cluster.sync();
+    cluster::sync();
     for (int g = threadIdx.x; g < G; g += kClPoolThreads) {
       // rsqrtf of the float32 variance plus eps, as group_stats_kernel (PyTorch's CUDA GroupNorm).
       float mean = gstat[g].x;
@@ -810,7 +809,7 @@ __global__ void __launch_bounds__(kClPoolThreads, 2) cl_pooled_kernel(const T* _
     }
     __syncthreads();  // the next sample rewrites pooled, gstat and chan
   }
-  cluster.sync();  // the peer may still read this CTA's totals
+  cluster::sync();  // the peer may still read this CTA's totals
 }
 
 // ------------------------------------------------------------------ per-channel moments (BatchNorm statistics)
@@ -1164,7 +1163,8 @@ inline int64_t family_smem_optin(int device) {
 
 // Whether the pooled channels-last kernel takes x as it is: a 4-D channels_last (not also contiguous) input, a chain
 // built for it, the store output of a pooled input, whole 16-byte vectors of channels at 16-byte aligned rows, a
-// sample of fewer than 2^31 elements (32-bit offsets inside it) and its pooled values within shared memory.
+// sample of fewer than 2^31 elements (32-bit offsets inside it), its pooled values within shared memory, and a
+// device with thread-block clusters.
 inline bool takes_pooled_channels_last(const at::Tensor& x, const Problem& p, int64_t pro, int64_t epi) {
   if (x.dim() != 4 || x.is_contiguous() || !is_channels_last_dense(x)) return false;
   if ((chain_paths(pro, epi) & kPooledChannelsLastPath) == 0 || p.output != kStore || p.in_pool <= 1) return false;
@@ -1173,6 +1173,8 @@ inline bool takes_pooled_channels_last(const at::Tensor& x, const Problem& p, in
     return false;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
+  // Clusters of two CTAs: sm_90+ only (elsewhere the input is read through a contiguous copy).
+  if (gn_inline::device_attribute<cudaDevAttrComputeCapabilityMajor>(device) < 9) return false;
   return static_cast<int64_t>(cl_pool_smem_bytes(p)) <= family_smem_optin(device);
 }
 

@@ -513,13 +513,8 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   CT* ca = cK + cw;                                          // its scale a = rstd * w
   CT* cshift = ca + cw;                                      // and shift b - (mean - K) * a
   CT* part = cshift + cw;                                    // (threads, VEC, 2): each thread's sums
-  namespace cg = cooperative_groups;
   const int c_tiles = C / cw;
-  int rank = 0, ranks = 1;
-  if constexpr (CLUSTERED) {
-    rank = static_cast<int>(cg::this_cluster().block_rank());
-    ranks = static_cast<int>(cg::this_cluster().num_blocks());
-  }
+  const int rank = CLUSTERED ? ClusterView::rank() : 0, ranks = CLUSTERED ? ClusterView::size() : 1;
   const int tile = static_cast<int>(blockIdx.x) / ranks;
   const int n = tile / c_tiles;
   const int tile_c0 = (tile - n * c_tiles) * cw;
@@ -603,13 +598,13 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
       chan[2 * j + 1] = b;
     }
   }
-  if constexpr (CLUSTERED) cg::this_cluster().sync();  // every CTA's chan complete and visible
+  if constexpr (CLUSTERED) ClusterView::sync();  // every CTA's chan complete and visible
   else __syncthreads();
   // The sums of channel j over the whole tile: this CTA's, or (CLUSTERED) every rank's in rank order.
   auto channel_sums = [&](int j, double& a, double& b) {
     if constexpr (CLUSTERED) {
       for (int q = 0; q < ranks; ++q) {
-        const double* peer = cg::this_cluster().map_shared_rank(chan, q);
+        const double* peer = ClusterView::peer(chan, q);
         a += peer[2 * j];
         b += peer[2 * j + 1];
       }
@@ -646,7 +641,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     }
   }
   // CLUSTERED: no CTA may leave (its shared memory with it) while a peer still reads its sums.
-  if constexpr (CLUSTERED) cg::this_cluster().sync();
+  if constexpr (CLUSTERED) ClusterView::sync();
   else __syncthreads();
   if (!active) return;
   CT K[VEC], a[VEC], shift[VEC];
