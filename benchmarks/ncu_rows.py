@@ -1,7 +1,7 @@
 """Launches the forward of a few rows once each inside a profiler range, for Nsight Compute:
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|all]
+        --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|channels_last]
 
 Every row is run three times first (build, plan caches, allocator), outside the range; inside it, each row's
 GroupNorm forward and a copy of the same tensor (the bandwidth anchor) run once, so the report holds one kernel
@@ -27,14 +27,22 @@ FEW_SLICE = [
     ((1, 128, 512, 512), 32, torch.float16, torch.contiguous_format),
     ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
 ]
+# The channels-last rows of a few MB whose single launch sits at 2-2.6x the copy (README, channels-last forward).
+CHANNELS_LAST = [
+    ((2, 640, 64, 64), 32, torch.float16, torch.channels_last),
+    ((1, 320, 64, 64), 32, torch.float16, torch.channels_last),
+    ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
+]
+ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--act", default=None, help="activation for the forward (default: none)")
+    parser.add_argument("--rows", default="few_slice", choices=sorted(ROWS), help="which rows (default few_slice)")
     args = parser.parse_args()
     cases = []
-    for shape, groups, dtype, fmt in FEW_SLICE:
+    for shape, groups, dtype, fmt in ROWS[args.rows]:
         x = torch.randn(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
         w = torch.randn(shape[1], device="cuda", dtype=dtype)
         b = torch.randn(shape[1], device="cuda", dtype=dtype)

@@ -21,6 +21,8 @@
 #   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
 #              (default "fused,three") forced beside the automatic one
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
+#   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows channels_last (the channels-last kernels only): the
+#              summary sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +73,14 @@ for step in "$@"; do
     suite)
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;
+    clsource)
+        timeout 400 ncu --profile-from-start off -k regex:'cl_' --set full --import-source yes \
+            -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows channels_last 2>&1 | tail -n 8
+        ncu --import "$OUT/ncu-cl.ncu-rep" --print-summary per-kernel > "$OUT/ncu-cl-summary.txt" 2>&1
+        ncu --import "$OUT/ncu-cl.ncu-rep" --page details --csv > "$OUT/ncu-cl-details.csv" 2>&1
+        ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-cl-source.csv" 2>&1
+        rm -f "$OUT/ncu-cl.ncu-rep"
+        wc -c "$OUT"/ncu-cl-* ;;
     *) echo "unknown step $step" ;;
     esac
 done
