@@ -148,6 +148,40 @@ MISALIGNED_SHAPES = [
 ]
 
 
+# Slices whose length D is not a multiple of the 16-byte vector (4 float, 8 half, 2 double elements): every
+# slice starts at another alignment, so the fused and split plans cut each range into an element-wise head, a
+# body of 16-byte vectors and an element-wise tail. Heads of every length (D odd in half precision: slice
+# starts step through all eight offsets), ranges shorter than one vector's head, many and few slices.
+EDGE_VECTOR_SHAPES = [
+    ((4, 6, 7, 9), 2),               # D = 189: heads of every length, fused plan, slices shorter than a CTA's work
+    ((32, 16, 941), 8),              # D = 1882 (2 mod 4, 2 mod 8), 3-D
+    ((3, 5, 999, 997), 5),           # D = 996003 (odd): split plan, chunks over several CTAs
+    ((2, 8, 181, 141), 4),           # D = 51042, HW odd: vectors straddle channels
+]
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("shape, num_groups", EDGE_VECTOR_SHAPES, ids=str)
+def test_unaligned_slices_take_16_byte_vectors(shape, num_groups, dtype, activation):
+    """Slices of a length that is not a multiple of the vector width still move in 16-byte vectors (float64 has
+    2-element vectors: D odd only), with the right result in every element (outputs poisoned)."""
+    x = make_input(shape, dtype, device="cuda")
+    weight, bias = make_params(shape[1], "affine", dtype, device="cuda")
+    plan = forward_plan(x, num_groups)
+    if (math.prod(shape[1:]) // num_groups) % (16 // x.element_size()) != 0:
+        assert plan_kind(plan)[0] in ("fused", "split") and plan_kind(plan)[1], plan
+    if activation is None:
+        check_forward(x, num_groups, weight, bias, what=f"output [{plan}]")
+        return
+    # The activation's tolerance as in test_activations: the plain output's, doubled (|silu'| <= 1.1).
+    poison_cuda_allocator(x.numel() * x.element_size())
+    out = group_norm(x, num_groups, weight, bias, 1e-5, activation=activation)
+    expected = F.silu(F.group_norm(x.double(), num_groups, weight.double(), bias.double(), 1e-5))
+    atol, rtol = TOLERANCES[dtype]
+    assert_close_report(out, expected, 2 * atol, 2 * rtol, f"silu output [{plan}]")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape, num_groups", MISALIGNED_SHAPES, ids=str)
 def test_misaligned_data_pointer(shape, num_groups, dtype):

@@ -95,11 +95,47 @@ __device__ __forceinline__ void add_shifted(const Vec<T, VEC>& v, typename Compu
   }
 }
 
-// Per-thread shifted sums over xs[begin, end), a multiple of VEC elements, starting at a VEC boundary.
+// A range [begin, end) of a slice cut at 16-byte boundaries: `head` elements before the first aligned one,
+// the aligned body [begin + head, body_end) of whole VEC-element vectors, and the < VEC elements from body_end.
+// A slice whose length is not a multiple of VEC starts at another alignment in every slice (D = 2 * 94230
+// bf16 elements: slice s starts 8 s bytes past a boundary); its head and tail go element by element, one
+// element per thread, and the body still moves in 16-byte vectors. For aligned ranges head = tail = 0.
+template <typename T, typename I, int VEC>
+struct AlignedSplit {
+  I head, body_end;
+  __device__ __forceinline__ AlignedSplit(const T* xs, I begin, I end) {
+    head = I(0);
+    if constexpr (VEC > 1) {
+      const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<uintptr_t>(xs + begin) % 16) / sizeof(T);
+      if (misaligned != 0) head = static_cast<I>(VEC - static_cast<int>(misaligned));
+      if (head > end - begin) head = end - begin;
+    }
+    body_end = begin + head + (end - begin - head) / VEC * VEC;
+  }
+  // Slice offset of the element thread t takes from the head and tail (none: -1).
+  __device__ __forceinline__ I edge_element(I begin, I end, I t) const {
+    if (t < head) return begin + t;
+    if (t - head < end - body_end) return body_end + (t - head);
+    return I(-1);
+  }
+};
+
+// Per-thread shifted sums over xs[begin, end) (any alignment: the head and tail in AlignedSplit).
 template <typename T, typename I, int VEC>
 __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, I end,
                                              typename Compute<T>::type K, double& s, double& ss) {
   using C = typename Compute<T>::type;
+  if constexpr (VEC > 1) {
+    const AlignedSplit<T, I, VEC> cut(xs, begin, end);
+    const I e = cut.edge_element(begin, end, static_cast<I>(threadIdx.x));
+    if (e >= 0) {
+      const double d = static_cast<double>(static_cast<C>(xs[e]) - K);
+      s += d;
+      ss += d * d;
+    }
+    begin += cut.head;
+    end = cut.body_end;
+  }
   const I stride = static_cast<I>(blockDim.x) * VEC;
   I j = begin + static_cast<I>(threadIdx.x) * VEC;
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
@@ -164,13 +200,27 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
   return out;
 }
 
+// y = act(normalised x) over xs[begin, end) (any alignment: the head and tail in AlignedSplit; ys must share
+// xs's alignment, which the host checks).
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
                                                 I HW, ParamRef<T> w,
                                                 ParamRef<T> b,
                                                 const SliceNorm<typename Compute<T>::type>& n,
                                                 const Epi& epi) {
-  const bool channel_per_vec = (HW % VEC) == 0;
+  bool channel_per_vec = (HW % VEC) == 0;
+  if constexpr (VEC > 1) {
+    const AlignedSplit<T, I, VEC> cut(xs, begin, end);
+    const I e = cut.edge_element(begin, end, static_cast<I>(threadIdx.x));
+    if (e >= 0) {
+      Vec<T, 1> v;
+      v.v[0] = xs[e];
+      ys[e] = normalize_vec<T, I, 1, AFFINE, Epi>(v, e, HW, true, w, b, n, epi).v[0];
+    }
+    channel_per_vec = channel_per_vec && cut.head % VEC == 0;  // vectors at slice offsets that are multiples of VEC
+    begin += cut.head;
+    end = cut.body_end;
+  }
   const I stride = static_cast<I>(blockDim.x) * VEC;
   I j = begin + static_cast<I>(threadIdx.x) * VEC;
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
@@ -750,6 +800,11 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
   launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
 }
 
+inline bool edge_vectors_enabled() {
+  const char* env = std::getenv("GROUPNORM_INLINE_EDGE_VECTORS");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 // x, y: (N, C, HW) contiguous. Plain GroupNorm (act.kind == kNone) runs kernels instantiated for the Identity
 // epilogue, which compiles to exactly the normalisation; SiLU on 16-byte vectors of float/half data (the
 // diffusion block) its own Fixed<kSilu> instantiation; any other activation (and float64 data, or unaligned
@@ -765,15 +820,29 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   Problem pr{N * G, G, Cn / G, HW, Cn / G * HW, eps, x.get_device(), stream, plan, force, trace, act};
   Pointers<T> p{x.data_ptr<T>(), y.data_ptr<T>(), AFFINE ? ParamRef<T>::of(w) : ParamRef<T>{},
                 AFFINE ? ParamRef<T>::of(b) : ParamRef<T>{}, mean.data_ptr<C>(), rstd.data_ptr<C>()};
-  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
-  const bool vectorised = aligned && pr.D % V == 0;  // else slices are not 16-byte aligned: element accesses
+  const uintptr_t xa = reinterpret_cast<uintptr_t>(p.x), ya = reinterpret_cast<uintptr_t>(p.y);
+  const bool vectorised = xa % 16 == 0 && ya % 16 == 0 && pr.D % V == 0;
+  // Slices whose length is not a multiple of V start at a different alignment each (D = 2 * 94230 bf16
+  // elements). Element-wise accesses keep few bytes in flight per thread: 2.6-4.5x the copy on an H200, slower
+  // than torch.compile ((32,16,94230) bf16 G8, (2,8,1803,1402) bf16 + SiLU, (32,1,545,1022) fp32). The fused
+  // and split plans take them in 16-byte vectors with an element-wise head and tail per range (AlignedSplit)
+  // when x and y share their alignment; slices the small plan holds at VEC = 1 stay element-wise, and so do
+  // plans named by the caller. GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call, unaligned inputs only) keeps
+  // them element-wise, for benchmarks (benchmarks/unaligned_check.py).
+  const bool edge_vectors = !vectorised && V > 1 && xa % 16 == ya % 16 && xa % sizeof(T) == 0 &&
+                            pr.D > 32 * kSmallVecs && (force == nullptr || *force == "auto") && edge_vectors_enabled();
   if (act.kind == gn_act::kNone) {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Identity>(p, pr, x.options());
+    else if (edge_vectors) launch_two_read<T, V, AFFINE, gn_act::Identity>(p, pr, x.options(), TwoReadMode::kAuto);
     else launch_forward<T, 1, AFFINE, gn_act::Identity>(p, pr, x.options());
-  } else if (act.kind == gn_act::kSilu && vectorised && !std::is_same_v<T, double>) {
-    if constexpr (!std::is_same_v<T, double>) launch_forward<T, V, AFFINE, gn_act::Silu>(p, pr, x.options());
+  } else if (act.kind == gn_act::kSilu && (vectorised || edge_vectors) && !std::is_same_v<T, double>) {
+    if constexpr (!std::is_same_v<T, double>) {
+      if (vectorised) launch_forward<T, V, AFFINE, gn_act::Silu>(p, pr, x.options());
+      else launch_two_read<T, V, AFFINE, gn_act::Silu>(p, pr, x.options(), TwoReadMode::kAuto);
+    }
   } else {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options());
+    else if (edge_vectors) launch_two_read<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options(), TwoReadMode::kAuto);
     else launch_forward<T, 1, AFFINE, gn_act::Runtime>(p, pr, x.options());
   }
 }
@@ -861,7 +930,9 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
   const at::Tensor x = input.contiguous();
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor stats = at::empty({1}, x.options().dtype(acc));
-  at::Tensor out = x;  // nothing is written: the plan is only described
+  // Nothing is written: the plan is only described. The output stands in as a one-element allocation, aligned
+  // as the real (fresh) output would be, so the description sees the alignment a call would.
+  at::Tensor out = at::empty({1}, x.options());
   const int64_t HW = x.numel() / (x.size(0) * x.size(1));
   std::string plan;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();

@@ -1,0 +1,128 @@
+"""NCHW inputs whose slices are not a whole number of 16-byte vectors (D = C/G * HW not a multiple of 4 float /
+8 half elements): ours with 16-byte vectors and element-wise heads and tails (the default) against ours
+element-wise (GROUPNORM_INLINE_EDGE_VECTORS=0, the earlier path), eager, torch.compile and a copy.
+
+    python benchmarks/unaligned_check.py [--no-compile] [--out DIR]
+
+Each row: the plan of each setting, median ms of CUDA-event-timed calls (L2 flushed before each, settings
+interleaved call by call so that drift hits all alike), and ours/copy. Correctness of both settings against
+float64 is checked first (max |error| / (1 + max |ref|)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import groupnorm_inline  # noqa: E402
+from groupnorm_inline.functional import forward_plan  # noqa: E402
+from providers import fresh_compile  # noqa: E402
+from timing import L2Flusher  # noqa: E402
+
+ENV = "GROUPNORM_INLINE_EDGE_VECTORS"
+# (shape, groups, dtype, activation): the random-problem rows that were slower than torch.compile, then
+# unaligned slices from short (many slices of ~1-50 K elements) to few of several MB.
+ROWS = [
+    ((32, 16, 94230), 8, torch.bfloat16, None),
+    ((2, 8, 1803, 1402), 4, torch.bfloat16, "silu"),
+    ((32, 1, 545, 1022), 1, torch.float32, None),
+    ((64, 32, 31, 31), 32, torch.float16, None),
+    ((128, 64, 7, 7), 32, torch.float32, None),  # D = 98: the small plan, element-wise either way
+    ((16, 96, 45, 45), 32, torch.float16, None),
+    ((8, 320, 33, 33), 32, torch.bfloat16, None),
+    ((8, 320, 33, 33), 32, torch.float16, "silu"),
+    ((4, 64, 127, 127), 32, torch.float32, None),
+    ((2, 256, 135, 95), 64, torch.float16, None),
+    ((1, 128, 511, 511), 32, torch.float16, None),
+    ((8, 64, 255, 255), 32, torch.float32, None),
+    ((1, 5, 2047, 2047), 5, torch.float16, None),
+]
+
+
+def median_times(fns, flusher, iters=30):
+    times = [[] for _ in fns]
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    for _ in range(iters):
+        for k, fn in enumerate(fns):
+            flusher()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[k].append(start.elapsed_time(end))
+    return [statistics.median(t) for t in times]
+
+
+def with_env(value, fn):
+    def call():
+        os.environ[ENV] = value
+        try:
+            return fn()
+        finally:
+            os.environ.pop(ENV, None)
+    return call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    flusher = L2Flusher(torch.device("cuda"))
+    lines = [f"# Unaligned NCHW slices on {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
+             "| row | plan (vectors) | plan (element-wise) | vectors ms | element-wise ms | eager ms | compile ms "
+             "| copy ms | vectors/copy | elem/vectors | best baseline/vectors | err vec / elem |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    print("\n".join(lines), flush=True)
+    for shape, groups, dtype, act in ROWS:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
+        w = (torch.rand(shape[1], device="cuda", generator=gen) + 0.5).to(dtype)
+        b = torch.randn(shape[1], device="cuda", generator=gen).to(dtype)
+        ours = lambda: groupnorm_inline.group_norm(x, groups, w, b, 1e-5, activation=act)  # noqa: E731
+
+        def eager():
+            y = F.group_norm(x, groups, w, b, 1e-5)
+            return F.silu(y) if act else y
+        ref = F.group_norm(x.double(), groups, w.double(), b.double(), 1e-5)
+        ref = F.silu(ref) if act else ref
+        errs = []
+        for value in ("1", "0"):
+            y = with_env(value, ours)()
+            errs.append(((y.double() - ref).abs().max() / (1 + ref.abs().max())).item())
+        del ref
+        plans = [with_env(v, lambda: forward_plan(x, groups))() for v in ("1", "0")]
+        copy_target = torch.empty_like(x)
+        fns = [with_env("1", ours), with_env("0", ours), eager]
+        if not args.no_compile:
+            compiled = fresh_compile(eager)
+            fns.append(compiled)
+        fns.append(lambda: copy_target.copy_(x))
+        t = median_times(fns, flusher)
+        vec, elem, eag = t[0], t[1], t[2]
+        comp = t[3] if not args.no_compile else float("nan")
+        copy = t[-1]
+        best = min(eag, comp) if not args.no_compile else eag
+        name = f"{shape} G{groups} {str(dtype).replace('torch.', '')}" + (f" +{act}" if act else "")
+        line = (f"| {name} | {plans[0]} | {plans[1]} | {vec:.4f} | {elem:.4f} | {eag:.4f} | {comp:.4f} | {copy:.4f} "
+                f"| {vec / copy:.2f} | {elem / vec:.2f} | {best / vec:.2f} | {errs[0]:.1e} / {errs[1]:.1e} |")
+        lines.append(line)
+        print(line, flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "unaligned_check.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
