@@ -149,13 +149,13 @@ MISALIGNED_SHAPES = [
 
 
 # Slices whose length D is not a multiple of the 16-byte vector (4 float, 8 half, 2 double elements): every
-# slice starts at another alignment, so the fused and split plans cut each range into an element-wise head, a
-# body of 16-byte vectors and an element-wise tail. Heads of every length (D odd in half precision: slice
+# slice starts at another alignment, so the resident, fused and split plans cut each range into an element-wise
+# head, a body of 16-byte vectors and an element-wise tail. Heads of every length (D odd in half precision: slice
 # starts step through all eight offsets), ranges shorter than one vector's head, many and few slices.
 EDGE_VECTOR_SHAPES = [
-    ((4, 6, 7, 9), 2),               # D = 189: heads of every length, fused plan, slices shorter than a CTA's work
+    ((4, 6, 7, 9), 2),               # D = 189: heads of every length, slices shorter than a CTA's work
     ((32, 16, 941), 8),              # D = 1882 (2 mod 4, 2 mod 8), 3-D
-    ((3, 5, 999, 997), 5),           # D = 996003 (odd): split plan, chunks over several CTAs
+    ((3, 5, 999, 997), 5),           # D = 996003 (odd): clusters or the split plan, ranges over several CTAs
     ((2, 8, 181, 141), 4),           # D = 51042, HW odd: vectors straddle channels
 ]
 
@@ -170,7 +170,7 @@ def test_unaligned_slices_take_16_byte_vectors(shape, num_groups, dtype, activat
     weight, bias = make_params(shape[1], "affine", dtype, device="cuda")
     plan = forward_plan(x, num_groups)
     if (math.prod(shape[1:]) // num_groups) % (16 // x.element_size()) != 0:
-        assert plan_kind(plan)[0] in ("fused", "split") and plan_kind(plan)[1], plan
+        assert plan_kind(plan)[0] in ("resident", "fused", "split") and plan_kind(plan)[1], plan
     if activation is None:
         check_forward(x, num_groups, weight, bias, what=f"output [{plan}]")
         return

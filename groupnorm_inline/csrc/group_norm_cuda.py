@@ -297,7 +297,10 @@ __global__ void __launch_bounds__(kThreads) gn_small_slices(
 }
 
 // ---- resident plan: a cluster of CTAs per slice, the slice in shared memory ----------------------------
-// CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)), part a multiple of VEC.
+// CTA of cluster rank r owns slice elements [r * part, min(D, (r + 1) * part)), part a multiple of VEC. A slice
+// that does not start at a 16-byte boundary (D not a multiple of VEC) is cut as in AlignedSplit: its aligned
+// body goes through shared memory in vectors, its head and tail elements (< VEC each) stay in one register of
+// the thread that took them.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
@@ -323,14 +326,30 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   const T* xs = x + slice * D;
   T* ys = y + slice * D;
   const C K = static_cast<C>(xs[0]);
-  const int begin = rank * part;
-  const int end = min(D, begin + part);
+  int begin = rank * part;
+  int end = min(D, begin + part);
   const int stride = blockDim.x * VEC;
+  double s = 0, ss = 0;
+  int edge = -1;  // the slice offset of this thread's head or tail element, if any
+  T edge_value{};
+  bool body_aligned = true;  // the body starts at a slice offset that is a multiple of VEC
+  if constexpr (VEC > 1) {
+    const AlignedSplit<T, int, VEC> cut(xs, begin, end);
+    edge = cut.edge_element(begin, end, static_cast<int>(threadIdx.x));
+    if (edge >= 0) {
+      edge_value = xs[edge];
+      const double d = static_cast<double>(static_cast<C>(edge_value) - K);
+      s = d;
+      ss = d * d;
+    }
+    body_aligned = cut.head == 0;
+    begin += cut.head;
+    end = cut.body_end;
+  }
 
   // 1. stream the part into shared memory, summing as it arrives: kResidentUnroll loads in flight per
   //    thread, the last batch predicated, so a part of up to threads * VEC * kResidentUnroll elements
   //    costs one round trip to DRAM (a plain tail loop would stall on each of its loads).
-  double s = 0, ss = 0;
   for (int j = begin + threadIdx.x * VEC; j < end; j += kResidentUnroll * stride) {
     Vec<T, VEC> v[kResidentUnroll];
 #pragma unroll
@@ -378,12 +397,18 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
 
   // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
   const int64_t c0 = (slice % G) * channels_per_group;
-  const bool channel_per_vec = (HW % VEC) == 0;
+  const bool channel_per_vec = (HW % VEC) == 0 && body_aligned;
   for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
     const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
     store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
                                                                             AFFINE ? w + c0 : w,
                                                                             AFFINE ? b + c0 : b, n, epi));
+  }
+  if (edge >= 0) {
+    Vec<T, 1> v;
+    v.v[0] = edge_value;
+    ys[edge] = normalize_vec<T, int, 1, AFFINE, Epi>(v, edge, HW, true, AFFINE ? w + c0 : w, AFFINE ? b + c0 : b, n,
+                                                    epi).v[0];
   }
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
   cluster.barrier_wait();
@@ -791,6 +816,15 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
                                            pr.D, " elements (", pr.slices, " slices, vec ", VEC, ") on this device"));
 }
 
+// Slices that do not start at 16-byte boundaries (D % VEC != 0), in VEC-element vectors: the resident and
+// two-read plans cut every range into a head, an aligned body and a tail (AlignedSplit); the small and
+// streamed plans load whole vectors from the slice's start and cannot take them.
+template <typename T, int VEC, bool AFFINE, typename Epi>
+void launch_forward_unaligned(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true)) return;
+  launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
+}
+
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
   if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE, Epi>(p, pr, opts);
@@ -824,25 +858,25 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   const bool vectorised = xa % 16 == 0 && ya % 16 == 0 && pr.D % V == 0;
   // Slices whose length is not a multiple of V start at a different alignment each (D = 2 * 94230 bf16
   // elements). Element-wise accesses keep few bytes in flight per thread: 2.6-4.5x the copy on an H200, slower
-  // than torch.compile ((32,16,94230) bf16 G8, (2,8,1803,1402) bf16 + SiLU, (32,1,545,1022) fp32). The fused
-  // and split plans take them in 16-byte vectors with an element-wise head and tail per range (AlignedSplit)
-  // when x and y share their alignment; slices the small plan holds at VEC = 1 stay element-wise, and so do
-  // plans named by the caller. GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call, unaligned inputs only) keeps
+  // than torch.compile ((32,16,94230) bf16 G8, (2,8,1803,1402) bf16 + SiLU, (32,1,545,1022) fp32). The
+  // resident and two-read plans take them in 16-byte vectors with an element-wise head and tail per range
+  // (launch_forward_unaligned) when x and y share their alignment; slices the small plan holds at VEC = 1 stay
+  // element-wise, and so do plans named by the caller. GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call, unaligned inputs only) keeps
   // them element-wise, for benchmarks (benchmarks/unaligned_check.py).
   const bool edge_vectors = !vectorised && V > 1 && xa % 16 == ya % 16 && xa % sizeof(T) == 0 &&
                             pr.D > 32 * kSmallVecs && (force == nullptr || *force == "auto") && edge_vectors_enabled();
   if (act.kind == gn_act::kNone) {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Identity>(p, pr, x.options());
-    else if (edge_vectors) launch_two_read<T, V, AFFINE, gn_act::Identity>(p, pr, x.options(), TwoReadMode::kAuto);
+    else if (edge_vectors) launch_forward_unaligned<T, V, AFFINE, gn_act::Identity>(p, pr, x.options());
     else launch_forward<T, 1, AFFINE, gn_act::Identity>(p, pr, x.options());
   } else if (act.kind == gn_act::kSilu && (vectorised || edge_vectors) && !std::is_same_v<T, double>) {
     if constexpr (!std::is_same_v<T, double>) {
       if (vectorised) launch_forward<T, V, AFFINE, gn_act::Silu>(p, pr, x.options());
-      else launch_two_read<T, V, AFFINE, gn_act::Silu>(p, pr, x.options(), TwoReadMode::kAuto);
+      else launch_forward_unaligned<T, V, AFFINE, gn_act::Silu>(p, pr, x.options());
     }
   } else {
     if (vectorised) launch_forward<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options());
-    else if (edge_vectors) launch_two_read<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options(), TwoReadMode::kAuto);
+    else if (edge_vectors) launch_forward_unaligned<T, V, AFFINE, gn_act::Runtime>(p, pr, x.options());
     else launch_forward<T, 1, AFFINE, gn_act::Runtime>(p, pr, x.options());
   }
 }
