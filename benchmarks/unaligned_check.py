@@ -2,11 +2,14 @@
 8 half elements): ours with 16-byte vectors and element-wise heads and tails (the default) against ours
 element-wise (GROUPNORM_INLINE_EDGE_VECTORS=0, the earlier path), eager, torch.compile and a copy.
 
-    python benchmarks/unaligned_check.py [--no-compile] [--out DIR]
+    python benchmarks/unaligned_check.py [--no-compile] [--kernels] [--out DIR]
 
 Each row: the plan of each setting, median ms of CUDA-event-timed calls (L2 flushed before each, settings
 interleaved call by call in an order rotated every round, so that drift and position hit all alike), and ours/copy. Correctness of both settings against
-float64 is checked first (max |error| / (1 + max |ref|)).
+float64 is checked first (max |error| / (1 + max |ref|)). --kernels adds the GPU kernel time per call of the
+two settings (torch.profiler, flush kernels left out): on a host slower than the GPU the event times of rows of
+a few MB measure the host (an aligned row timed twice under the two settings, the same kernel, differed by
+10-30 us in event time on an H200).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline.functional import forward_plan  # noqa: E402
 from providers import fresh_compile  # noqa: E402
+from channels_last_forward_times import kernel_us  # noqa: E402
 from timing import L2Flusher  # noqa: E402
 
 ENV = "GROUPNORM_INLINE_EDGE_VECTORS"
@@ -85,13 +89,14 @@ def with_env(value, fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="also the kernels' GPU time (torch.profiler)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     flusher = L2Flusher(torch.device("cuda"))
     lines = [f"# Unaligned NCHW slices on {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
              "| row | plan (vectors) | plan (element-wise) | vectors ms | element-wise ms | eager ms | compile ms "
-             "| copy ms | vectors/copy | elem/vectors | best baseline/vectors | err vec / elem |",
-             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "| copy ms | vectors/copy | elem/vectors | best baseline/vectors | err vec / elem | kernel us vec / elem |",
+             "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     print("\n".join(lines), flush=True)
     for shape, groups, dtype, act in ROWS:
         gen = torch.Generator(device="cuda").manual_seed(0)
@@ -124,7 +129,11 @@ def main() -> None:
         best = min(eag, comp) if not args.no_compile else eag
         name = f"{shape} G{groups} {str(dtype).replace('torch.', '')}" + (f" +{act}" if act else "")
         line = (f"| {name} | {plans[0]} | {plans[1]} | {vec:.4f} | {elem:.4f} | {eag:.4f} | {comp:.4f} | {copy:.4f} "
-                f"| {vec / copy:.2f} | {elem / vec:.2f} | {best / vec:.2f} | {errs[0]:.1e} / {errs[1]:.1e} |")
+                f"| {vec / copy:.2f} | {elem / vec:.2f} | {best / vec:.2f} | {errs[0]:.1e} / {errs[1]:.1e} | ")
+        if args.kernels:
+            line += f"{kernel_us(fns[0], 20):.1f} / {kernel_us(fns[1], 20):.1f} |"
+        else:
+            line += "- |"
         lines.append(line)
         print(line, flush=True)
     if args.out is not None:
