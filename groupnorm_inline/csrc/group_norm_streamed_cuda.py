@@ -425,6 +425,11 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
     if (!opt.forced && static_cast<int64_t>(g.part) * static_cast<int64_t>(sizeof(T)) < kStreamMinPartBytes)
       return false;
+    // Persistence pays where a cluster refills with its next slice while it writes the last: at least two
+    // slices per resident cluster. With one round every cluster loads, then exchanges, then writes, and the
+    // split plan (all SMs streaming both reads) was faster (H200, benchmarks/plan_check.py --rows one-round:
+    // (8,64,38555) G1 fp32 streamed 0.112 ms, split 0.071; (1,32,564,606) G4 fp16 0.042, 0.029).
+    if (!opt.forced && pr.slices < 2 * g.clusters) return false;
     if (pr.plan) {
       *pr.plan = "streamed: " + std::to_string(g.clusters) + " persistent clusters of " + std::to_string(g.cluster) +
                  " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
