@@ -518,8 +518,9 @@ def test_forced_plan_errors():
 
 def test_streamed_plan_takes_large_parts():
     """Slices of 8 MB in float32 and 4 MB in bfloat16 (the #35 kind, parts of 512 / 256 KB per CTA) take the
-    one-read streamed plan on Hopper; parts under 256 KB that the resident plan cannot hold (3.5 MB slices), and
-    slices whose L2 tails would not fit half the L2 (32 MB slices), stay with a two-read plan."""
+    one-read streamed plan on Hopper; parts under 256 KB that the resident plan cannot hold (3.5 MB slices),
+    slices whose L2 tails would not fit half the L2 (32 MB slices), and slices too few for two per resident
+    cluster (one round of the persistent clusters), stay with a two-read plan."""
     if not _is_hopper():
         pytest.skip("sm_90+ only")
     x = torch.empty(16, 64, 512, 512, device="cuda")
@@ -529,3 +530,5 @@ def test_streamed_plan_takes_large_parts():
     assert plan_kind(forward_plan(small_parts, 1))[0] in ("split", "fused"), forward_plan(small_parts, 1)
     big_slices = torch.empty(2, 64, 1000, 1000, device="cuda")  # 32 MB slices: ~1.6 MB of L2 tail per CTA
     assert plan_kind(forward_plan(big_slices, 8))[0] in ("split", "fused"), forward_plan(big_slices, 8)
+    one_round = torch.empty(8, 64, 38555, device="cuda")  # 8 slices of 9.9 MB, about one per resident cluster
+    assert plan_kind(forward_plan(one_round, 1))[0] in ("split", "fused"), forward_plan(one_round, 1)
