@@ -12,14 +12,19 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             read, no global synchronisation; parts of <= 64 KB when possible so 3 CTAs share an SM and
             one CTA's loads overlap another's stores. A tensor within L2 that would need 16-CTA
             clusters takes the split plan instead (kSplitOverClusterOf16MaxTensorOfL2).
-  streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2:
-            persistent clusters hold each CTA's part in registers, shared memory (bulk async copies)
-            and L2 across the exchange. One HBM read. (group_norm_streamed_cuda.py; #35 in every dtype)
+  streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2,
+            at least two slices per resident cluster: persistent clusters hold each CTA's part in registers,
+            shared memory (bulk async copies) and L2 across the exchange. One HBM read.
+            (group_norm_streamed_cuda.py; #35 in every dtype)
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
             `gn_finalize` -> `gn_apply`, the last walking the chunks from the end so that its second
             read starts on what L2 still holds.
+
+Slices whose length D is not a multiple of the 16-byte vector start at a different alignment each: the
+resident, fused and split plans take them in vectors with element-wise heads and tails (AlignedSplit); the
+small and streamed plans only aligned ones (launch_forward_unaligned).
 
 Channels-last inputs (NHWC, NDHWC) take none of these plans: group_norm_channels_last_cuda.py reads them in
 place (statistics over (rows x channels) tiles, finalize, normalisation) and writes the output in their layout.
