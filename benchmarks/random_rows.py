@@ -29,8 +29,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
-from providers import (compiled_group_norm, copy_provider, forward_providers, retained_graph_compile_config,  # noqa: E402
-                       training_floor_provider, training_providers)
+from providers import (compiled_group_norm, copy_provider, forward_providers,  # noqa: E402
+                       retained_graph_compile_config, training_floor_provider, training_providers)
 from timing import QUICK_PLAN, L2Flusher, needs_l2_flush, time_cuda  # noqa: E402
 
 DTYPES = [(torch.float32, 0.4), (torch.float16, 0.3), (torch.bfloat16, 0.25), (torch.float64, 0.05)]

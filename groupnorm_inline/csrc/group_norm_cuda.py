@@ -846,8 +846,9 @@ inline bool edge_vectors_enabled() {
 
 // x, y: (N, C, HW) contiguous. Plain GroupNorm (act.kind == kNone) runs kernels instantiated for the Identity
 // epilogue, which compiles to exactly the normalisation; SiLU on 16-byte vectors of float/half data (the
-// diffusion block) its own Fixed<kSilu> instantiation; any other activation (and float64 data, or unaligned
-// slices) the Runtime one. Each extra instantiation adds its share to the build, so only the common case has one.
+// diffusion block) its own Fixed<kSilu> instantiation; any other activation (and float64 data, or slices taken
+// element-wise) the Runtime one. Each extra instantiation adds its share to the build, so only the common case
+// has one.
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, const at::Tensor& b, at::Tensor& mean,
                    at::Tensor& rstd, int64_t G, int64_t HW, double eps, cudaStream_t stream,
@@ -866,8 +867,8 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
   // than torch.compile ((32,16,94230) bf16 G8, (2,8,1803,1402) bf16 + SiLU, (32,1,545,1022) fp32). The
   // resident and two-read plans take them in 16-byte vectors with an element-wise head and tail per range
   // (launch_forward_unaligned) when x and y share their alignment; slices the small plan holds at VEC = 1 stay
-  // element-wise, and so do plans named by the caller. GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call, unaligned inputs only) keeps
-  // them element-wise, for benchmarks (benchmarks/unaligned_check.py).
+  // element-wise, and so do plans named by the caller. GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call of an
+  // unaligned input only) keeps them element-wise, for benchmarks (benchmarks/unaligned_check.py).
   const bool edge_vectors = !vectorised && V > 1 && xa % 16 == ya % 16 && xa % sizeof(T) == 0 &&
                             pr.D > 32 * kSmallVecs && (force == nullptr || *force == "auto") && edge_vectors_enabled();
   if (act.kind == gn_act::kNone) {
