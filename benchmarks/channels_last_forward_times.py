@@ -58,14 +58,19 @@ BLOCK_ROWS = [  # inputs of many small samples, whose channel tiles fit one CTA 
 
 
 def round_robin(fns: dict, iters: int) -> dict:
+    """Median us per call of each fn: CUDA events, L2 flushed before every call, the fns called in turn in an
+    order rotated every round (on one H200 host the first of a fixed order measured 15-30 us slow against the
+    same kernel timed later in the round)."""
     flush = torch.empty(256 * 1024 * 1024 // 4, device="cuda")
     for fn in fns.values():
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
     times = {name: [] for name in fns}
-    for _ in range(iters):
-        for name, fn in fns.items():
+    names = list(fns)
+    for i in range(iters):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            fn = fns[name]
             flush.fill_(1.0)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -97,15 +102,20 @@ def kernel_us(fn, iters: int) -> float:
     return total / iters
 
 
-def forced(plan: str, fn):
-    """fn with GROUPNORM_INLINE_CL_FORWARD_PLAN=plan for the length of the call."""
+def with_env(name: str, value: str, fn):
+    """fn with the environment variable `name` set to `value` for the length of each call."""
     def call():
-        os.environ["GROUPNORM_INLINE_CL_FORWARD_PLAN"] = plan
+        os.environ[name] = value
         try:
             return fn()
         finally:
-            del os.environ["GROUPNORM_INLINE_CL_FORWARD_PLAN"]
+            os.environ.pop(name, None)
     return call
+
+
+def forced(plan: str, fn):
+    """fn with GROUPNORM_INLINE_CL_FORWARD_PLAN=plan for the length of the call."""
+    return with_env("GROUPNORM_INLINE_CL_FORWARD_PLAN", plan, fn)
 
 
 def main() -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,8 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline.functional import forward_plan  # noqa: E402
 from providers import fresh_compile  # noqa: E402
-from channels_last_forward_times import kernel_us  # noqa: E402
-from timing import L2Flusher  # noqa: E402
+from channels_last_forward_times import kernel_us, round_robin, with_env  # noqa: E402
 
 ENV = "GROUPNORM_INLINE_EDGE_VECTORS"
 # (shape, groups, dtype, activation): the random-problem rows that were slower than torch.compile, then
@@ -56,43 +54,12 @@ ROWS = [
 ]
 
 
-def median_times(fns, flusher, iters=30):
-    times = [[] for _ in fns]
-    for fn in fns:
-        fn()
-    torch.cuda.synchronize()
-    for i in range(iters):
-        # Rotating order: the setting timed first after the host's bookkeeping measured 15-30 us slower than
-        # the same kernel timed later in the round (two identical settings of an aligned row, H200).
-        for k in [(i + r) % len(fns) for r in range(len(fns))]:
-            fn = fns[k]
-            flusher()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times[k].append(start.elapsed_time(end))
-    return [statistics.median(t) for t in times]
-
-
-def with_env(value, fn):
-    def call():
-        os.environ[ENV] = value
-        try:
-            return fn()
-        finally:
-            os.environ.pop(ENV, None)
-    return call
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also the kernels' GPU time (torch.profiler)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    flusher = L2Flusher(torch.device("cuda"))
     lines = [f"# Unaligned NCHW slices on {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
              "| row | plan (vectors) | plan (element-wise) | vectors ms | element-wise ms | eager ms | compile ms "
              "| copy ms | vectors/copy | elem/vectors | best baseline/vectors | err vec / elem | kernel us vec / elem |",
@@ -112,26 +79,24 @@ def main() -> None:
         ref = F.silu(ref) if act else ref
         errs = []
         for value in ("1", "0"):
-            y = with_env(value, ours)()
+            y = with_env(ENV, value, ours)()
             errs.append(((y.double() - ref).abs().max() / (1 + ref.abs().max())).item())
         del ref
-        plans = [with_env(v, lambda: forward_plan(x, groups))() for v in ("1", "0")]
+        plans = [with_env(ENV, v, lambda: forward_plan(x, groups))() for v in ("1", "0")]
         copy_target = torch.empty_like(x)
-        fns = [with_env("1", ours), with_env("0", ours), eager]
+        fns = {"vectors": with_env(ENV, "1", ours), "element-wise": with_env(ENV, "0", ours), "eager": eager}
         if not args.no_compile:
-            compiled = fresh_compile(eager)
-            fns.append(compiled)
-        fns.append(lambda: copy_target.copy_(x))
-        t = median_times(fns, flusher)
-        vec, elem, eag = t[0], t[1], t[2]
-        comp = t[3] if not args.no_compile else float("nan")
-        copy = t[-1]
+            fns["compile"] = fresh_compile(eager)
+        fns["copy"] = lambda: copy_target.copy_(x)
+        t = {name: us / 1000.0 for name, us in round_robin(fns, 30).items()}  # ms
+        vec, elem, eag, copy = t["vectors"], t["element-wise"], t["eager"], t["copy"]
+        comp = t.get("compile", float("nan"))
         best = min(eag, comp) if not args.no_compile else eag
         name = f"{shape} G{groups} {str(dtype).replace('torch.', '')}" + (f" +{act}" if act else "")
         line = (f"| {name} | {plans[0]} | {plans[1]} | {vec:.4f} | {elem:.4f} | {eag:.4f} | {comp:.4f} | {copy:.4f} "
                 f"| {vec / copy:.2f} | {elem / vec:.2f} | {best / vec:.2f} | {errs[0]:.1e} / {errs[1]:.1e} | ")
         if args.kernels:
-            line += f"{kernel_us(fns[0], 20):.1f} / {kernel_us(fns[1], 20):.1f} |"
+            line += f"{kernel_us(fns['vectors'], 20):.1f} / {kernel_us(fns['element-wise'], 20):.1f} |"
         else:
             line += "- |"
         lines.append(line)
