@@ -6,8 +6,8 @@ the other on the same machine (a kernel change against the commit before it).
 Per row: a copy of the tensor (channels-last in and out), our public op and eager F.group_norm, timed round-robin
 (one call of each in turn, L2 flushed before every call by writing 256 MB, CUDA events), medians of `--iters`;
 then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
-(read by the op on every call) to the same round-robin; `--rows block` times the rows the block plan takes (`all`:
-both sets); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
+(read by the op on every call) to the same round-robin, `--envs NAME=VALUE,...` our op under each setting;
+`--rows block` times the rows the block plan takes (`all`: both sets; `large`: inputs larger than shared memory); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
 inflate. Inputs are random normal values; weight and bias in the input's dtype. Appends to
 DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
 """
@@ -40,6 +40,15 @@ ROWS = [  # (shape, groups, dtype): channels-last rows from 1 MB to 256 MB, narr
     ((32, 64, 32, 32), 8, torch.float16),
     ((1, 128, 512, 512), 32, torch.float16),
     ((16, 64, 256, 256), 8, torch.float32),
+]
+LARGE_ROWS = [  # inputs larger than the GPU's shared memory (the single launch reads part of x twice), 32-256 MB
+    ((1, 128, 512, 512), 32, torch.float16),
+    ((16, 64, 256, 256), 8, torch.float32),
+    ((8, 320, 64, 64), 32, torch.float32),
+    ((1, 128, 8, 128, 128), 32, torch.bfloat16),
+    ((1, 256, 256, 256), 32, torch.float16),
+    ((2, 512, 128, 128), 32, torch.float32),
+    ((1, 64, 16, 128, 128), 32, torch.float16),
 ]
 BLOCK_ROWS = [  # inputs of many small samples, whose channel tiles fit one CTA (the block plan), 0.1-34 MB
     ((64, 32, 16, 16), 32, torch.float16),
@@ -124,17 +133,21 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--plans", default="", help="comma-separated forced plans to time beside the automatic one")
-    ap.add_argument("--rows", default="main", choices=["main", "block", "all"])
+    ap.add_argument("--envs", default="", help="comma-separated NAME=VALUE settings, each timed as a column of its "
+                    "own (our op with that variable set for the call)")
+    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large"])
     ap.add_argument("--kernels", action="store_true", help="also the kernels' GPU time per call (torch.profiler)")
     args = ap.parse_args()
     import groupnorm_inline as gn
     from groupnorm_inline.functional import forward_plan
     print(f"package: {os.path.dirname(gn.__file__)}", flush=True)
     plans = [p for p in args.plans.split(",") if p]
+    envs = [e for e in args.envs.split(",") if e]
+    plans += envs
     lines = [f"## {args.label}: {torch.cuda.get_device_name()}, torch {torch.__version__}, round-robin medians of "
              f"{args.iters} (us)", "| row | copy | ours | " + "".join(f"{p} | " for p in plans) +
              "eager | ours/copy | plan |", "|---|--:|--:|" + "--:|" * len(plans) + "--:|--:|---|"]
-    rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS}[args.rows]
+    rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS, "large": LARGE_ROWS}[args.rows]
     for shape, G, dtype in rows:
         fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
         x = torch.randn(shape, device="cuda").to(dtype).contiguous(memory_format=fmt)
@@ -143,7 +156,10 @@ def main() -> int:
         out = torch.empty_like(x)
         fns = {"copy": lambda: out.copy_(x), "ours": lambda: gn.group_norm(x, G, w, b)}
         for p in plans:
-            fns[p] = forced(p, lambda: gn.group_norm(x, G, w, b))
+            if "=" in p:
+                fns[p] = with_env(*p.split("=", 1), lambda: gn.group_norm(x, G, w, b))
+            else:
+                fns[p] = forced(p, lambda: gn.group_norm(x, G, w, b))
         fns["eager"] = lambda: F.group_norm(x, G, w, b)
         t = round_robin(fns, args.iters)
         plan = forward_plan(x, G).split(":")[0]

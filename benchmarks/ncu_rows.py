@@ -1,7 +1,7 @@
 """Launches the forward of a few rows once each inside a profiler range, for Nsight Compute:
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|channels_last]
+        --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|channels_last|...]
 
 Every row is run three times first (build, plan caches, allocator), outside the range; inside it, each row's
 GroupNorm forward and a copy of the same tensor (the bandwidth anchor) run once, so the report holds one kernel
@@ -33,7 +33,13 @@ CHANNELS_LAST = [
     ((1, 320, 64, 64), 32, torch.float16, torch.channels_last),
     ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
 ]
-ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST}
+# Channels-last rows larger than the GPU's shared memory, whose single launch reads x twice (1.7-2.1x the copy).
+CHANNELS_LAST_LARGE = [
+    ((1, 128, 512, 512), 32, torch.float16, torch.channels_last),
+    ((16, 64, 256, 256), 8, torch.float32, torch.channels_last),
+    ((8, 320, 64, 64), 32, torch.float32, torch.channels_last),
+]
+ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST, "channels_last_large": CHANNELS_LAST_LARGE}
 
 
 def main() -> None:

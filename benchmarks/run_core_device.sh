@@ -14,15 +14,21 @@
 #   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
-#              then with the channels-last forward's fused and three-launch plans forced, then with each backward
+#              then with the channels-last forward's fused, partly held and three-launch plans forced, then with each backward
 #              path (row, resident) forced
 #   racecheck  compute-sanitizer racecheck over the channels-last forward cases of sanitizer_cases.py (the block
 #              plan's shared and distributed shared memory), automatic plans
 #   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
-#              (default "fused,three") forced beside the automatic one
+#              (default "fused,three") forced beside the automatic one, and $CL_ENVS (NAME=VALUE settings, comma
+#              separated) each as a column of its own; CL_KERNELS=1 adds the profiler's kernel times
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
-#   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows channels_last (the channels-last kernels only): the
-#              summary sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv
+#   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last; the channels-last
+#              kernels only): the summary sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to
+#              ncu-cl-source.csv
+#   clmemory   DRAM bytes, L2 hit rate, occupancy and duration of the channels-last kernels over
+#              benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last_large), once per NAME=VALUE of
+#              $CL_MEMORY_SETTINGS (default: each forward plan, fused and three, forced)
+#   depth      benchmarks/micro/stream_depth.cu: two-pass streaming speed against bytes in flight per SM
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +58,7 @@ for step in "$@"; do
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
         echo "compute-sanitizer exit (automatic paths): $?" | tee -a "$OUT/sanitizer-core.txt"
-        for plan in fused three; do
+        for plan in fused partial three; do
             GROUPNORM_INLINE_CL_FORWARD_PLAN=$plan timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
                 "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
             echo "compute-sanitizer exit (channels-last $plan forced): ${PIPESTATUS[0]}" \
@@ -69,18 +75,33 @@ for step in "$@"; do
         echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/racecheck-core.txt" ;;
     cltimes)
         timeout 400 "$PYTHON" benchmarks/channels_last_forward_times.py --rows "${CL_ROWS:-all}" \
-            --plans "${CL_PLANS:-fused,three}" --iters 30 --out "$OUT" 2>&1 | tail -n 30 ;;
+            --plans "${CL_PLANS:-fused,three}" ${CL_ENVS:+--envs "$CL_ENVS"} --iters 30 --out "$OUT" ${CL_KERNELS:+--kernels} \
+            2>&1 | tail -n 30 ;;
     suite)
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;
     clsource)
         timeout 400 ncu --profile-from-start off -k regex:'cl_' --set full --import-source yes \
-            -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows channels_last 2>&1 | tail -n 8
+            -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last}" 2>&1 | tail -n 8
         ncu --import "$OUT/ncu-cl.ncu-rep" --print-summary per-kernel > "$OUT/ncu-cl-summary.txt" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page details --csv > "$OUT/ncu-cl-details.csv" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-cl-source.csv" 2>&1
         rm -f "$OUT/ncu-cl.ncu-rep"
         wc -c "$OUT"/ncu-cl-* ;;
+    clmemory)
+        metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
+        metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+        metrics+=,launch__occupancy_limit_registers,dram__throughput.avg.pct_of_peak_sustained_elapsed
+        for setting in ${CL_MEMORY_SETTINGS:-GROUPNORM_INLINE_CL_FORWARD_PLAN=fused GROUPNORM_INLINE_CL_FORWARD_PLAN=three}; do
+            echo "-- $setting" | tee -a "$OUT/ncu-cl-memory.txt"
+            env "$setting" timeout 300 ncu --profile-from-start off --metrics "$metrics" \
+                "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last_large}" 2>&1 | grep -v "^==PROF==" \
+                | tee -a "$OUT/ncu-cl-memory.txt" | tail -n 60
+        done ;;
+    depth)
+        nvcc -O3 -std=c++17 -arch=sm_90a -o "$OUT/stream_depth" benchmarks/micro/stream_depth.cu \
+            && timeout 300 "$OUT/stream_depth" 2>&1 | tee "$OUT/stream-depth.txt"
+        rm -f "$OUT/stream_depth" ;;
     *) echo "unknown step $step" ;;
     esac
 done

@@ -145,22 +145,32 @@ def test_forward_unaligned_input():
 
 
 # Larger than every SM's shared memory together (~29 MB on an H100, ~19 MB on an A100): the single launch
-# reads its tiles twice (the second time from L2), where SHAPES' inputs are held in shared memory.
+# holds the first rows of each thread in shared memory and reads the others twice (the second time from L2),
+# where SHAPES' inputs are held whole; GROUPNORM_INLINE_CL_PARTIAL_HOLD=0 reads every row twice.
 LARGE = ((1, 128, 384, 384), 32)
+HOLD_ENV = "GROUPNORM_INLINE_CL_PARTIAL_HOLD"
 
 
 def test_forward_plan_names_every_path(monkeypatch):
-    """The four forward paths, each exercised by the tests: a CTA per sample and channel tile holding its tile in
+    """The five forward paths, each exercised by the tests: a CTA per sample and channel tile holding its tile in
     registers (SHAPES' small inputs, by default), one cooperative launch holding its tiles in shared memory
-    (SHAPES with the block plan turned off), the same reading its tiles again from L2 (LARGE), three launches where
-    the samples alone outnumber the resident CTAs ((2048, 8, 2, 2) with the block plan off)."""
+    (SHAPES with the block plan turned off), the same holding part of each tile and reading the rest again from
+    L2 (LARGE; SHAPES under the `partial` override), or reading every row again (LARGE with partial holding off),
+    three launches where the samples alone outnumber the resident CTAs ((2048, 8, 2, 2) with the block plan off)."""
     from groupnorm_inline.functional import forward_plan
     small = _input((2, 320, 16, 16), torch.float16)
     many = _input((2048, 8, 2, 2), torch.float32)
     assert forward_plan(small, 32).startswith("channels_last block (one launch"), forward_plan(small, 32)
     assert forward_plan(many, 4).startswith("channels_last block (one launch"), forward_plan(many, 4)
-    l2 = forward_plan(_input(LARGE[0], torch.float32), LARGE[1])
+    large = _input(LARGE[0], torch.float32)
+    partial = forward_plan(large, LARGE[1])
+    assert partial.startswith("channels_last fused (one cooperative launch, tiles partly held"), partial
+    monkeypatch.setenv(HOLD_ENV, "0")
+    l2 = forward_plan(large, LARGE[1])
     assert l2.startswith("channels_last fused (one cooperative launch):"), l2
+    monkeypatch.delenv(HOLD_ENV)
+    monkeypatch.setenv(PLAN_ENV, "partial")
+    assert forward_plan(small, 32).startswith("channels_last fused (one cooperative launch, tiles partly held")
     monkeypatch.setenv(PLAN_ENV, "fused")
     held, three = forward_plan(small, 32), forward_plan(many, 4)
     assert held.startswith("channels_last fused (one cooperative launch, tiles held"), held
@@ -170,12 +180,13 @@ def test_forward_plan_names_every_path(monkeypatch):
 
 
 # GROUPNORM_INLINE_CL_FORWARD_PLAN (read on every call): `fused` turns the block plan off (the cooperative launch
-# where it fits, else three launches), `three` forces the three launches. SHAPES by default take the block plan
-# wherever their tiles fit a CTA; these runs keep the other two paths checked on the same inputs.
+# where it fits, else three launches), `partial` makes the cooperative launch hold only part of each tile (at
+# most half of each thread's rows, the rest read again), `three` forces the three launches. SHAPES by default
+# take the block plan wherever their tiles fit a CTA; these runs keep the other paths checked on the same inputs.
 PLAN_ENV = "GROUPNORM_INLINE_CL_FORWARD_PLAN"
 
 
-@pytest.mark.parametrize("plan", ["fused", "three"])
+@pytest.mark.parametrize("plan", ["fused", "partial", "three"])
 @pytest.mark.parametrize("name, params, module", ACTS[:2], ids=ACT_IDS[:2])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
@@ -245,11 +256,18 @@ def test_forward_block_plan_clusters(shape, groups, dtype):
     _check_plan_on(x, groups, plan)
 
 
+@pytest.mark.parametrize("hold", ["1", "0"], ids=["partly-held", "reread"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-def test_forward_large_input_reread_from_l2(dtype):
+def test_forward_large_input_reread_from_l2(dtype, hold, monkeypatch):
+    from groupnorm_inline.functional import forward_plan
+    monkeypatch.setenv(HOLD_ENV, hold)
     x = _input(LARGE[0], dtype)
+    plan = forward_plan(x, LARGE[1])
+    assert plan.startswith("channels_last fused (one cooperative launch" + (", tiles partly held" if hold == "1" else
+                                                                            "):")), plan
     w, b = _params(LARGE[0][1], dtype, True)
-    _check_forward(x, LARGE[1], w, b, "silu", None, nn.SiLU(), f"{LARGE[0]} {dtype}")
+    _check_forward(x, LARGE[1], w, b, "silu", None, nn.SiLU(), f"{LARGE[0]} {dtype} hold={hold}")
+    _check_forward(x, LARGE[1], w, b, None, None, nn.Identity(), f"{LARGE[0]} {dtype} hold={hold}")
 
 
 def test_channels_last_matches_nchw():

@@ -29,7 +29,19 @@ shared memory from the statistics to the normalisation, so x is read once (`fuse
 Predicted from the L2 re-read it removes: (2, 320, 128, 128) fp16 25.5 -> ~21 us; measured 24.6 us, and
 (2, 1280, 32, 32) 18.3 -> 17.5, (64, 32, 16, 16) 11.7 -> 11.4: the re-read from L2 was a small part of the
 single launch, whose time goes to the statistics pass's loads (fewer CTAs per SM when each holds its tile) and
-to the two grid-wide barriers.
+to the two grid-wide barriers. Larger inputs (kPartial): the same grid as kL2, each thread holding its first rows
+in the shared memory its SM's CTAs leave free, so the second read (the rows not held, the ones read last) needs
+L2 to keep less of x (of a 64 MB input L2 served ~15 MB of the second read on an H100, by ncu): kernel 74.1 ->
+62.2 us at (1, 128, 512, 512) fp16 on an H200, 40.5 -> 35.3 at (8, 320, 64, 64) fp32 (README, "Large
+channels-last inputs").
+
+Loads in flight: a two-pass stream of 64 MB on an H100 takes 1.47x a copy with 2 CTAs of 256 threads per SM,
+1.37x with 3, 1.36x with 4, 1.27x with 8 (4 16-byte loads per thread in flight; benchmarks/micro/stream_depth.cu).
+The single launch's registers are the most any of its steps needs plus what the compiler keeps live across the
+grid barriers; the tile's coordinates are recomputed after them (cl_fused), 124 -> 102 registers for half data,
+84 -> 78 for float. Keeping the statistics' running sums in shared memory instead of double registers brought
+half data to 80 (3 CTAs per SM instead of 2) but measured no faster on an H200 (kernel 69.6 us against 69.3 at
+(1, 128, 512, 512) fp16), so the sums stay in registers.
 
 Block plan first: where a channel tile of whole groups of one sample fits one CTA's registers (every row of it,
 at most kBlockVecs 16-byte vectors per thread, at most kBlockMaxThreads threads: 32 KB) and all the CTAs are
@@ -65,12 +77,19 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
 // tile. Dynamic shared memory: blockDim.x * VEC * 2 doubles.
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
-// shared memory, (rows, cw, 2) doubles. HOLD: every vector the thread loads is also kept in shared memory,
-// held[step * blockDim.x + threadIdx.x] for its step-th row of the tile, for apply_tile to normalise.
+// shared memory, (2, VEC, blockDim.x) doubles: red[(k) * nt + tid] the running sum of thread tid's channel k,
+// red[(VEC + k) * nt + tid] its sum of squares (nt = blockDim.x). Each batch of kUnroll rows is summed in the
+// compute type and added there, not to double registers: 4 * VEC registers fewer (64 for half data), which lets
+// the single launch keep 4 CTAs per SM resident (its loads in flight per SM, measured in
+// benchmarks/micro/stream_depth.cu, set its speed on inputs larger than shared memory). Thread-fastest, so a
+// warp's updates fall in distinct banks. HOLD: the vectors of the thread's first `held_steps` rows of the tile
+// are also kept in shared memory, held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to
+// normalise without reading them again (all of them when the tile fits, else the first ones: the rest, read
+// last, are the likeliest to be still in L2).
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
-                                           Vec<T, VEC>* held = nullptr) {
+                                           Vec<T, VEC>* held = nullptr, int64_t held_steps = 0) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -96,7 +115,8 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
       if constexpr (HOLD) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
       }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -119,7 +139,7 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       if constexpr (HOLD) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (r + u * t.rows < p.row1) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+          if (r + u * t.rows < p.row1 && j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
       }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -271,14 +291,14 @@ __global__ void __launch_bounds__(256) cl_finalize(const T* __restrict__ x, cons
 }
 
 // Step 3: y = act((x - K) * a + shift) per channel, rows walked from the end of the tile (module docstring).
-// The CTA's work on tile `cta` (no block barriers: threads without work return at once). HOLD: the rows come
-// from the shared memory stats_tile<HOLD> filled, not from x.
+// The CTA's work on tile `cta` (no block barriers: threads without work return at once). HOLD: the thread's
+// first `held_steps` rows come from the shared memory stats_tile<HOLD> filled, the others from x.
 template <typename T, int VEC, bool AFFINE, typename Epi, bool HOLD = false>
 __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restrict__ y, const ParamRef<T>& w,
                                            const ParamRef<T>& bias,
                                            const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
                                            const Tiling& t, int64_t G, int64_t cpg, const Epi& epi, int64_t cta,
-                                           const Vec<T, VEC>* held = nullptr) {
+                                           const Vec<T, VEC>* held = nullptr, int64_t held_steps = 0) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -313,29 +333,39 @@ __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restric
     for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
     return o;
   };
-  int64_t i = 0;
-  for (; i + kUnroll <= count; i += kUnroll, xp += kUnroll * step, yp += kUnroll * step) {
-    Vec<T, VEC> v[kUnroll];
+  // Rows i0 .. i1 - 1 of the walk (row step count - 1 - i), from x or (FROM_HELD) from shared memory.
+  auto walk = [&](auto from_held, int64_t i0, int64_t i1) {
+    constexpr bool FROM_HELD = decltype(from_held)::value;
+    const T* xq = xp + i0 * step;
+    T* yq = yp + i0 * step;
+    const Vec<T, VEC>* hq = held + (count - 1 - i0) * blockDim.x + threadIdx.x;  // FROM_HELD only
+    const int64_t hstep = -static_cast<int64_t>(blockDim.x);
+    auto load = [&](int u) {
+      if constexpr (FROM_HELD) return hq[u * hstep];
+      else return load_vec<T, VEC>(xq + u * step);
+    };
+    int64_t i = i0;
+    for (; i + kUnroll <= i1; i += kUnroll, xq += kUnroll * step, yq += kUnroll * step, hq += kUnroll * hstep) {
+      Vec<T, VEC> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if constexpr (HOLD) v[u] = held[(count - 1 - i - u) * blockDim.x + threadIdx.x];  // row step count-1-i-u
-      else v[u] = load_vec<T, VEC>(xp + u * step);
+      for (int u = 0; u < kUnroll; ++u) v[u] = load(u);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yq + u * step, normalize(v[u]));
     }
+    if (i < i1) {  // the last < kUnroll rows: one batch of guarded loads
+      Vec<T, VEC> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
-  }
-  if (i < count) {  // the last < kUnroll rows: one batch of guarded loads
-    Vec<T, VEC> v[kUnroll];
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u < i1) v[u] = load(u);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (i + u >= count) continue;
-      if constexpr (HOLD) v[u] = held[(count - 1 - i - u) * blockDim.x + threadIdx.x];
-      else v[u] = load_vec<T, VEC>(xp + u * step);
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u < i1) store_vec_streaming<T, VEC>(yq + u * step, normalize(v[u]));
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (i + u < count) store_vec_streaming<T, VEC>(yp + u * step, normalize(v[u]));
-  }
+  };
+  // The rows not held first (read last by the statistics: the likeliest in L2), then the held ones.
+  const int64_t from_x = HOLD ? count - (held_steps < count ? held_steps : count) : count;
+  walk(std::false_type{}, 0, from_x);
+  if constexpr (HOLD) walk(std::true_type{}, from_x, count);
 }
 
 // CTAs in reverse order: the statistics pass's last CTAs ran last, so their tiles are the likeliest in L2.
@@ -359,13 +389,13 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                                                              typename Compute<T>::type* __restrict__ mean_out,
                                                              typename Compute<T>::type* __restrict__ rstd_out,
                                                              Tiling t, int64_t G, int64_t cpg, int slots, double eps,
-                                                             int lanes, Epi epi) {
+                                                             int lanes, int64_t held_steps, Epi epi) {
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
-  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (rows, cw, 2), then the held tile (HOLD)
+  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (2, VEC, threads), then the held tile (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + static_cast<int64_t>(blockDim.x) * VEC * 2);
-  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held);
+  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
   grid.sync();
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
   if (warp < warps)
@@ -373,7 +403,12 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                        static_cast<int64_t>(blockIdx.x) * warps + warp, static_cast<int64_t>(gridDim.x) * warps,
                        lanes);
   grid.sync();
-  apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, blockIdx.x, held);
+  // The tile index passed through an empty asm: without it the compiler keeps the tile's coordinates (computed
+  // in stats_tile) live across both grid barriers, registers the statistics' peak pays for (124 -> 102 for half
+  // data, 84 -> 78 for float: 3 CTAs per SM instead of 2).
+  int64_t cta = blockIdx.x;
+  asm volatile("" : "+l"(cta));
+  apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, cta, held, held_steps);
 }
 
 // Groups that one channel tile touches, at most (the `slots` of cl_stats' partial layout).
@@ -411,34 +446,48 @@ Tiling forward_tiling(int64_t N, int64_t HW, int64_t C, int device) {
 }
 
 // The single cooperative launch (cl_fused): which variant, its tiling and its dynamic shared memory.
-enum class FusedKind { kNone, kHeld, kL2 };
+enum class FusedKind { kNone, kHeld, kPartial, kL2 };
 struct FusedPlan {
   FusedKind kind = FusedKind::kNone;
   Tiling t;
   size_t smem = 0;
+  int64_t held_steps = 0;  // rows per thread kept in shared memory (cl_fused<HOLD>), from the first
 };
 
-// Shared memory of cl_fused<HOLD>: the statistics' reduction space, then every vector of the tile.
-inline size_t held_smem(const Tiling& t, size_t vec_bytes) {
-  const int64_t steps = (t.tile_rows + t.rows - 1) / t.rows;
+// Row steps of a thread in a tile (every thread of a full tile has this many).
+inline int64_t tile_steps(const Tiling& t) { return (t.tile_rows + t.rows - 1) / t.rows; }
+
+// Shared memory of cl_fused<HOLD> keeping `steps` rows per thread: the statistics' reduction space, then the
+// held vectors.
+inline size_t held_smem(const Tiling& t, size_t vec_bytes, int64_t steps) {
   return stats_smem(t) + static_cast<size_t>(steps) * t.threads() * vec_bytes;
+}
+
+// GROUPNORM_INLINE_CL_PARTIAL_HOLD=0 (read per call) turns the kPartial plan off (kL2 instead), for benchmarks.
+inline bool partial_hold_enabled() {
+  const char* v = std::getenv("GROUPNORM_INLINE_CL_PARTIAL_HOLD");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // The grid is at most kStatsCtasPerSm CTAs per SM and never more than are resident at once (cooperative launch).
 //   kHeld  the tile stays in shared memory between the statistics and the normalisation: one read of x. Tried
 //          with 4, 3, 2, then 1 CTA per SM (fewer CTAs: taller tiles, more shared memory each), so it serves
 //          inputs up to about the GPU's total shared memory (~29 MB on an H100).
-//   kL2    the tile is read again, from L2 where it still is (larger inputs).
+//   kPartial  larger inputs: kL2's tiling (for the holding kernel's occupancy), and each thread keeps its first
+//          rows in the shared memory its SM's CTAs leave free (all of it but the statistics' reduction space);
+//          the normalisation reads the others again, from L2 where they still are (they were read last).
+//   kL2    the tile is read again (no shared memory to spare, or GROUPNORM_INLINE_CL_PARTIAL_HOLD=0).
 //   kNone  N * c_tiles tiles alone exceed the resident CTAs, or no cooperative launches: three launches.
+// force_partial (tests): kPartial wherever the kL2 grid fits, holding at most half of each thread's rows.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
+FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_partial = false) {
   FusedPlan plan;
   const DeviceInfo& dev = device_info(device);
   if (!dev.cooperative) return plan;
   const int sms = dev.sms;
-  for (int per_sm = kStatsCtasPerSm; per_sm >= 1; --per_sm) {
+  for (int per_sm = force_partial ? 0 : kStatsCtasPerSm; per_sm >= 1; --per_sm) {
     const Tiling t = gn_cl::make_tiling(N, HW, C, VEC, int64_t{sms} * per_sm, kMinRowsPerThread);
-    const size_t smem = held_smem(t, sizeof(Vec<T, VEC>));
+    const size_t smem = held_smem(t, sizeof(Vec<T, VEC>), tile_steps(t));
     if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) continue;
     const void* kernel = reinterpret_cast<const void*>(cl_fused<T, VEC, AFFINE, Epi, true>);
     // max_active_clusters first: it lets the kernel opt into more than 48 KB of dynamic shared memory.
@@ -448,6 +497,7 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
       plan.kind = FusedKind::kHeld;
       plan.t = t;
       plan.smem = smem;
+      plan.held_steps = tile_steps(t);
       return plan;
     }
   }
@@ -459,6 +509,30 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device) {
   plan.kind = FusedKind::kL2;
   plan.t = t;
   plan.smem = stats_smem(t);
+  if (!force_partial && !partial_hold_enabled()) return plan;
+  // kPartial: the grid as kL2's, sized by the holding kernel's own occupancy (its registers may differ), each
+  // CTA given an equal share of its SM's shared memory (less the bytes the driver reserves per CTA and the
+  // kernel's static shared memory, ~1 KB each), as many rows held as it takes.
+  const void* kernel = reinterpret_cast<const void*>(cl_fused<T, VEC, AFFINE, Epi, true>);
+  const int64_t hold_resident = resident_ctas(cl_fused<T, VEC, AFFINE, Epi, true>, one.threads(), stats_smem(one), device);
+  const Tiling tp = gn_cl::make_tiling(N, HW, C, VEC, std::min<int64_t>(hold_resident, int64_t{sms} * kStatsCtasPerSm),
+                                       kMinRowsPerThread);
+  if (tp.ctas() > hold_resident) return plan;
+  const int64_t per_sm = (tp.ctas() + sms - 1) / sms;
+  const int64_t share = std::min<int64_t>(dev.max_smem_optin, dev.smem_per_sm / per_sm) - 2048;
+  const size_t vec_bytes = sizeof(Vec<T, VEC>);
+  int64_t held = std::min<int64_t>(force_partial ? std::max<int64_t>(1, tile_steps(tp) / 2) : tile_steps(tp) - 1,
+                                   (share - static_cast<int64_t>(stats_smem(tp))) / (tp.threads() * static_cast<int64_t>(vec_bytes)));
+  for (; held >= 1; held = held * 7 / 8) {  // the share's estimate of the reserved bytes may be short: back off
+    const size_t smem = held_smem(tp, vec_bytes, held);
+    if (max_active_clusters(kernel, device, 1, tp.threads(), smem) < 1) continue;
+    if (int64_t{resident_ctas_per_sm(kernel, device, tp.threads(), smem)} * sms < tp.ctas()) continue;
+    plan.kind = FusedKind::kPartial;
+    plan.t = tp;
+    plan.smem = smem;
+    plan.held_steps = held;
+    return plan;
+  }
   return plan;
 }
 
@@ -743,14 +817,16 @@ void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef
 }
 
 // GROUPNORM_INLINE_CL_FORWARD_PLAN: `block` (the default rule), `fused` (never the block plan: the single
-// cooperative launch where it fits, else three launches) or `three` (three launches always). Read on every call
+// cooperative launch where it fits, else three launches), `partial` (the single launch holding part of each
+// tile, on inputs whose tiles would fit whole: for tests) or `three` (three launches always). Read on every call
 // (a getenv and a compare) so that tests reach every plan and benchmarks alternate them call by call.
-enum class ClPlanOverride { kAuto, kFused, kThree };
+enum class ClPlanOverride { kAuto, kFused, kPartial, kThree };
 inline ClPlanOverride cl_plan_override() {
   const char* v = std::getenv("GROUPNORM_INLINE_CL_FORWARD_PLAN");
   if (v == nullptr) return ClPlanOverride::kAuto;
   if (std::strcmp(v, "fused") == 0) return ClPlanOverride::kFused;
   if (std::strcmp(v, "three") == 0) return ClPlanOverride::kThree;
+  if (std::strcmp(v, "partial") == 0) return ClPlanOverride::kPartial;
   return ClPlanOverride::kAuto;
 }
 
@@ -768,7 +844,9 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
       return;
     }
   }
-  const FusedPlan fp = force == ClPlanOverride::kThree ? FusedPlan{} : fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device);
+  const FusedPlan fp = force == ClPlanOverride::kThree
+                           ? FusedPlan{}
+                           : fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device, force == ClPlanOverride::kPartial);
   const bool fused = fp.kind != FusedKind::kNone;
   const Tiling t = fused ? fp.t : forward_tiling<T, VEC>(N, HW, C, device);
   const size_t smem = fused ? fp.smem : stats_smem(t);
@@ -789,14 +867,14 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     attr[0].val.cooperative = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    if (fp.kind == FusedKind::kHeld)
+    if (fp.kind == FusedKind::kHeld || fp.kind == FusedKind::kPartial)
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), make_epilogue<Epi>(act)));
+                                        finalize_lanes(t), fp.held_steps, make_epilogue<Epi>(act)));
     else
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), make_epilogue<Epi>(act)));
+                                        finalize_lanes(t), int64_t{0}, make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
@@ -860,17 +938,24 @@ std::string describe(const at::Tensor& input, int64_t G) {
            " channels, the tile held in registers, one read): " + std::to_string(bp.ctas) + " CTAs of " +
            std::to_string(bp.threads) + " threads, " + std::to_string(bp.rows) + " rows per step (vec " +
            std::to_string(vectorised ? V : 1) + ")";
+  const bool partial = force == ClPlanOverride::kPartial;
   const FusedPlan fp = force == ClPlanOverride::kThree ? FusedPlan{}
-                       : vectorised ? fused_plan<T, V, true, gn_act::Identity>(N, HW, C, device)
-                                    : fused_plan<T, 1, true, gn_act::Identity>(N, HW, C, device);
+                       : vectorised ? fused_plan<T, V, true, gn_act::Identity>(N, HW, C, device, partial)
+                                    : fused_plan<T, 1, true, gn_act::Identity>(N, HW, C, device, partial);
   const Tiling t = fp.kind != FusedKind::kNone
                        ? fp.t
                        : (vectorised ? forward_tiling<T, V>(N, HW, C, device) : forward_tiling<T, 1>(N, HW, C, device));
   const char* kind = fp.kind == FusedKind::kHeld ? "channels_last fused (one cooperative launch, tiles held in shared "
                                                    "memory, one read): "
+                     : fp.kind == FusedKind::kPartial ? "channels_last fused (one cooperative launch, tiles partly held "
+                                                        "in shared memory): "
                      : fp.kind == FusedKind::kL2 ? "channels_last fused (one cooperative launch): "
                                                  : "channels_last (three launches): ";
-  return std::string(kind) +
+  const std::string held = fp.kind == FusedKind::kPartial
+                               ? std::to_string(fp.held_steps) + " of " + std::to_string(tile_steps(t)) +
+                                     " rows per thread held in shared memory, "
+                               : std::string();
+  return std::string(kind) + held +
          "statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
          " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +
          std::to_string(N * G) + " groups, normalisation from the end of each tile (two reads, the second " +

@@ -515,6 +515,7 @@ struct DeviceInfo {
   int sms = 0;
   int major = 0;
   int max_smem_optin = 0;  // bytes of shared memory one CTA may opt into
+  int smem_per_sm = 0;     // bytes of shared memory of one SM (all its CTAs, their reserved bytes included)
   int64_t l2_bytes = 0;
   bool cooperative = false;  // cooperative launches (every CTA of the grid resident at once) supported
   double dram_bytes_per_s = 0;  // peak DRAM bandwidth: two transfers per memory clock over the bus (HBM, GDDR)
@@ -527,6 +528,7 @@ inline const DeviceInfo& device_info(int device) {
   if (info.sms == 0) {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     int l2 = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
     info.l2_bytes = l2;
