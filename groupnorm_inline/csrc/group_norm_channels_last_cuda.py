@@ -40,8 +40,9 @@ Loads in flight: a two-pass stream of 64 MB on an H100 takes 1.47x a copy with 2
 The single launch's registers are the most any of its steps needs plus what the compiler keeps live across the
 grid barriers; the tile's coordinates are recomputed after them (cl_fused), 124 -> 102 registers for half data,
 84 -> 78 for float. Keeping the statistics' running sums in shared memory instead of double registers brought
-half data to 80 (3 CTAs per SM instead of 2) but measured no faster on an H200 (kernel 69.6 us against 69.3 at
-(1, 128, 512, 512) fp16), so the sums stay in registers.
+half data to 80 (3 CTAs per SM instead of 2); at (1, 128, 512, 512) fp16 on H200s that build's kernel took
+65.7 us partly held (the default) against 62.2 for the one kept, whose larger held share at 2 CTAs per SM
+outweighed it (reading every row twice: 69.6 us against 74.1, on another machine), so the sums stay in registers.
 
 Block plan first: where a channel tile of whole groups of one sample fits one CTA's registers (every row of it,
 at most kBlockVecs 16-byte vectors per thread, at most kBlockMaxThreads threads: 32 KB) and all the CTAs are
@@ -77,12 +78,7 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
 // tile. Dynamic shared memory: blockDim.x * VEC * 2 doubles.
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
-// shared memory, (2, VEC, blockDim.x) doubles: red[(k) * nt + tid] the running sum of thread tid's channel k,
-// red[(VEC + k) * nt + tid] its sum of squares (nt = blockDim.x). Each batch of kUnroll rows is summed in the
-// compute type and added there, not to double registers: 4 * VEC registers fewer (64 for half data), which lets
-// the single launch keep 4 CTAs per SM resident (its loads in flight per SM, measured in
-// benchmarks/micro/stream_depth.cu, set its speed on inputs larger than shared memory). Thread-fastest, so a
-// warp's updates fall in distinct banks. HOLD: the vectors of the thread's first `held_steps` rows of the tile
+// shared memory, (rows, cw, 2) doubles. HOLD: the vectors of the thread's first `held_steps` rows of the tile
 // are also kept in shared memory, held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to
 // normalise without reading them again (all of them when the tile fits, else the first ones: the rest, read
 // last, are the likeliest to be still in L2).
@@ -393,7 +389,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
-  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (2, VEC, threads), then the held tile (HOLD)
+  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (rows, cw, 2), then the held rows (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + static_cast<int64_t>(blockDim.x) * VEC * 2);
   stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
   grid.sync();
@@ -405,7 +401,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   grid.sync();
   // The tile index passed through an empty asm: without it the compiler keeps the tile's coordinates (computed
   // in stats_tile) live across both grid barriers, registers the statistics' peak pays for (124 -> 102 for half
-  // data, 84 -> 78 for float: 3 CTAs per SM instead of 2).
+  // data, still 2 CTAs per SM; 84 -> 78 for float: 3 CTAs per SM instead of 2).
   int64_t cta = blockIdx.x;
   asm volatile("" : "+l"(cta));
   apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, cta, held, held_steps);
