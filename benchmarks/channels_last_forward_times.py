@@ -7,7 +7,8 @@ Per row: a copy of the tensor (channels-last in and out), our public op and eage
 (one call of each in turn, L2 flushed before every call by writing 256 MB, CUDA events), medians of `--iters`;
 then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
 (read by the op on every call) to the same round-robin, `--envs NAME=VALUE,...` our op under each setting;
-`--rows block` times the rows the block plan takes (`all`: both sets; `large`: inputs larger than shared memory); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
+`--rows block` times the rows the block plan takes (`all`: both sets; `large`: inputs larger than shared
+memory); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
 inflate. Inputs are random normal values; weight and bias in the input's dtype. Appends to
 DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
 """

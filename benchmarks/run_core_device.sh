@@ -14,8 +14,8 @@
 #   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
-#              then with the channels-last forward's fused, partly held and three-launch plans forced, then with each backward
-#              path (row, resident) forced
+#              then with the channels-last forward's fused, partly held and three-launch plans forced, then with
+#              each backward path (row, resident) forced
 #   racecheck  compute-sanitizer racecheck over the channels-last forward cases of sanitizer_cases.py (the block
 #              plan's shared and distributed shared memory), automatic plans
 #   cltimes    benchmarks/channels_last_forward_times.py over $CL_ROWS (default "all") with the plans $CL_PLANS
@@ -75,7 +75,8 @@ for step in "$@"; do
         echo "compute-sanitizer racecheck exit: ${PIPESTATUS[0]}" | tee -a "$OUT/racecheck-core.txt" ;;
     cltimes)
         timeout 400 "$PYTHON" benchmarks/channels_last_forward_times.py --rows "${CL_ROWS:-all}" \
-            --plans "${CL_PLANS:-fused,three}" ${CL_ENVS:+--envs "$CL_ENVS"} --iters 30 --out "$OUT" ${CL_KERNELS:+--kernels} \
+            --plans "${CL_PLANS:-fused,three}" ${CL_ENVS:+--envs "$CL_ENVS"} --iters 30 --out "$OUT" \
+            ${CL_KERNELS:+--kernels} \
             2>&1 | tail -n 30 ;;
     suite)
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
@@ -92,7 +93,8 @@ for step in "$@"; do
         metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct
         metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
         metrics+=,launch__occupancy_limit_registers,dram__throughput.avg.pct_of_peak_sustained_elapsed
-        for setting in ${CL_MEMORY_SETTINGS:-GROUPNORM_INLINE_CL_FORWARD_PLAN=fused GROUPNORM_INLINE_CL_FORWARD_PLAN=three}; do
+        plans="GROUPNORM_INLINE_CL_FORWARD_PLAN=fused GROUPNORM_INLINE_CL_FORWARD_PLAN=three"
+        for setting in ${CL_MEMORY_SETTINGS:-$plans}; do
             echo "-- $setting" | tee -a "$OUT/ncu-cl-memory.txt"
             env "$setting" timeout 300 ncu --profile-from-start off --metrics "$metrics" \
                 "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last_large}" 2>&1 | grep -v "^==PROF==" \

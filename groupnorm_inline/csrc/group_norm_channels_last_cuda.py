@@ -510,15 +510,17 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_pa
   // CTA given an equal share of its SM's shared memory (less the bytes the driver reserves per CTA and the
   // kernel's static shared memory, ~1 KB each), as many rows held as it takes.
   const void* kernel = reinterpret_cast<const void*>(cl_fused<T, VEC, AFFINE, Epi, true>);
-  const int64_t hold_resident = resident_ctas(cl_fused<T, VEC, AFFINE, Epi, true>, one.threads(), stats_smem(one), device);
+  const int64_t hold_resident =
+      resident_ctas(cl_fused<T, VEC, AFFINE, Epi, true>, one.threads(), stats_smem(one), device);
   const Tiling tp = gn_cl::make_tiling(N, HW, C, VEC, std::min<int64_t>(hold_resident, int64_t{sms} * kStatsCtasPerSm),
                                        kMinRowsPerThread);
   if (tp.ctas() > hold_resident) return plan;
   const int64_t per_sm = (tp.ctas() + sms - 1) / sms;
   const int64_t share = std::min<int64_t>(dev.max_smem_optin, dev.smem_per_sm / per_sm) - 2048;
   const size_t vec_bytes = sizeof(Vec<T, VEC>);
+  const int64_t row_bytes = tp.threads() * static_cast<int64_t>(vec_bytes);  // one row step of the CTA
   int64_t held = std::min<int64_t>(force_partial ? std::max<int64_t>(1, tile_steps(tp) / 2) : tile_steps(tp) - 1,
-                                   (share - static_cast<int64_t>(stats_smem(tp))) / (tp.threads() * static_cast<int64_t>(vec_bytes)));
+                                   (share - static_cast<int64_t>(stats_smem(tp))) / row_bytes);
   for (; held >= 1; held = held * 7 / 8) {  // the share's estimate of the reserved bytes may be short: back off
     const size_t smem = held_smem(tp, vec_bytes, held);
     if (max_active_clusters(kernel, device, 1, tp.threads(), smem) < 1) continue;
@@ -943,8 +945,8 @@ std::string describe(const at::Tensor& input, int64_t G) {
                        : (vectorised ? forward_tiling<T, V>(N, HW, C, device) : forward_tiling<T, 1>(N, HW, C, device));
   const char* kind = fp.kind == FusedKind::kHeld ? "channels_last fused (one cooperative launch, tiles held in shared "
                                                    "memory, one read): "
-                     : fp.kind == FusedKind::kPartial ? "channels_last fused (one cooperative launch, tiles partly held "
-                                                        "in shared memory): "
+                     : fp.kind == FusedKind::kPartial
+                         ? "channels_last fused (one cooperative launch, tiles partly held in shared memory): "
                      : fp.kind == FusedKind::kL2 ? "channels_last fused (one cooperative launch): "
                                                  : "channels_last (three launches): ";
   const std::string held = fp.kind == FusedKind::kPartial
