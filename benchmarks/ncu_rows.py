@@ -1,11 +1,12 @@
-"""Launches the forward of a few rows once each inside a profiler range, for Nsight Compute:
+"""Launches the forward (and backward) of a few rows once each inside a profiler range, for Nsight Compute:
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats python benchmarks/ncu_rows.py [--act silu] [--rows few_slice|channels_last|...]
 
 Every row is run three times first (build, plan caches, allocator), outside the range; inside it, each row's
 GroupNorm forward and a copy of the same tensor (the bandwidth anchor) run once, so the report holds one kernel
-per line of the table printed here.
+per line of the table printed here. `--backward` adds each row's backward (a random grad) to the range. The
+package imported is the one on PYTHONPATH if there is one (a baseline build to compare), else this checkout's.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import groupnorm_inline as gn  # noqa: E402
+try:  # the package on PYTHONPATH if there is one (another build to compare), else this checkout's
+    import groupnorm_inline as gn
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import groupnorm_inline as gn  # noqa: E402
 
 # (shape, groups, dtype, memory format): the few-slice diffusion rows of the suite.
 FEW_SLICE = [
@@ -39,32 +43,55 @@ CHANNELS_LAST_LARGE = [
     ((16, 64, 256, 256), 8, torch.float32, torch.channels_last),
     ((8, 320, 64, 64), 32, torch.float32, torch.channels_last),
 ]
-ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST, "channels_last_large": CHANNELS_LAST_LARGE}
+# One row of each channels-last kernel family, for comparing two builds: the block plan (one CTA, a cluster),
+# the single launch with tiles held whole and held in part, and a float32 tile.
+CHANNELS_LAST_KINDS = [
+    ((64, 32, 16, 16), 32, torch.float16, torch.channels_last),
+    ((1, 320, 64, 64), 32, torch.float16, torch.channels_last),
+    ((4, 64, 64, 64), 32, torch.float32, torch.channels_last),
+    ((2, 640, 64, 64), 32, torch.float16, torch.channels_last),
+    ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
+    ((8, 320, 64, 64), 32, torch.float32, torch.channels_last),
+    ((1, 128, 512, 512), 32, torch.float16, torch.channels_last),
+]
+ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST, "channels_last_large": CHANNELS_LAST_LARGE,
+        "channels_last_kinds": CHANNELS_LAST_KINDS}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--act", default=None, help="activation for the forward (default: none)")
     parser.add_argument("--rows", default="few_slice", choices=sorted(ROWS), help="which rows (default few_slice)")
+    parser.add_argument("--backward", action="store_true", help="also the backward of each row (random grad)")
     args = parser.parse_args()
     cases = []
+
+    def run(x, groups, w, b, y, dy):
+        out = gn.group_norm(x, groups, w, b, activation=args.act)
+        if dy is not None:
+            out.backward(dy)
+        y.copy_(x.detach())
+
     for shape, groups, dtype, fmt in ROWS[args.rows]:
         x = torch.randn(shape, device="cuda", dtype=dtype).contiguous(memory_format=fmt)
         w = torch.randn(shape[1], device="cuda", dtype=dtype)
         b = torch.randn(shape[1], device="cuda", dtype=dtype)
         y = torch.empty_like(x)
-        cases.append((x, groups, w, b, y))
+        dy = None
+        if args.backward:
+            dy = torch.randn_like(x)
+            for t in (x, w, b):
+                t.requires_grad_(True)
+        cases.append((x, groups, w, b, y, dy))
         for _ in range(3):
-            gn.group_norm(x, groups, w, b, activation=args.act)
-            y.copy_(x)
+            run(x, groups, w, b, y, dy)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    for x, groups, w, b, y in cases:
-        gn.group_norm(x, groups, w, b, activation=args.act)
-        y.copy_(x)
+    for case in cases:
+        run(*case)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
-    for x, groups, w, b, y in cases:
+    for x, groups, w, b, y, _ in cases:
         print(tuple(x.shape), groups, x.dtype, "channels_last" if not x.is_contiguous() else "nchw",
               gn.forward_plan(x, groups) if x.is_contiguous() else "channels-last kernel")
 

@@ -29,12 +29,25 @@
 #              benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last_large), once per NAME=VALUE of
 #              $CL_MEMORY_SETTINGS (default: each forward plan, fused and three, forced)
 #   depth      benchmarks/micro/stream_depth.cu: two-pass streaming speed against bytes in flight per SM
+#   clab       this checkout against the package in $BASELINE (a folder holding another version's
+#              groupnorm_inline/, built at the start into its own cache): Nsight Compute's kernel time, shared
+#              memory bank conflicts and registers of every channels-last kernel, forward and backward, over
+#              benchmarks/ncu_rows.py --rows channels_last_kinds --backward, then channels_last_forward_times.py
+#              --rows $CL_ROWS (default all) --kernels for baseline, then this, $CL_ROUNDS times (default 2)
 # Environment: OUT (log folder, default benchmarks/results/device), GROUPNORM_INLINE_CACHE_DIR (default /tmp/gnc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/device_env.sh
 
-"$PYTHON" -c "import groupnorm_inline" > "$OUT/build-core.log" 2>&1
+if [[ -n "${BASELINE:-}" ]]; then  # the baseline's build beside this checkout's (clab)
+    BASELINE=$(realpath "$BASELINE")
+    baseline_env=(env PYTHONPATH="$BASELINE:$PYTHONPATH" GROUPNORM_INLINE_CACHE_DIR=/tmp/gnc-baseline)
+    # From the baseline's folder: `python -c` puts the working directory first on sys.path.
+    (cd "$BASELINE" && "${baseline_env[@]}" "$PYTHON" -c "import groupnorm_inline; print(groupnorm_inline.__file__)") \
+        > "$OUT/build-baseline.log" 2>&1 &
+    baseline_build=$!
+fi
+"$PYTHON" -c "import groupnorm_inline; print(groupnorm_inline.__file__)" > "$OUT/build-core.log" 2>&1
 tail -n 3 "$OUT/build-core.log"
 echo "build/load: $(elapsed)"
 
@@ -104,6 +117,27 @@ for step in "$@"; do
         nvcc -O3 -std=c++17 -arch=sm_90a -o "$OUT/stream_depth" benchmarks/micro/stream_depth.cu \
             && timeout 300 "$OUT/stream_depth" 2>&1 | tee "$OUT/stream-depth.txt"
         rm -f "$OUT/stream_depth" ;;
+    clab)
+        wait "${baseline_build:?clab needs BASELINE}"
+        tail -n 1 "$OUT/build-baseline.log"
+        metrics=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,launch__block_size
+        metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+        metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+        metrics+=,smsp__sass_inst_executed_op_shared_st.sum,smsp__sass_inst_executed_op_shared_ld.sum
+        for which in baseline this; do
+            runner=(env); [[ $which == baseline ]] && runner=("${baseline_env[@]}")
+            "${runner[@]}" timeout 200 ncu --profile-from-start off -k regex:'cl_' --metrics "$metrics" \
+                "$PYTHON" benchmarks/ncu_rows.py --rows channels_last_kinds --backward 2>&1 | grep -v "^==PROF==" \
+                > "$OUT/ncu-clab-$which.txt"
+            tail -n 8 "$OUT/ncu-clab-$which.txt"
+        done
+        for round in $(seq 1 "${CL_ROUNDS:-2}"); do
+            for which in baseline this; do
+                runner=(env); [[ $which == baseline ]] && runner=("${baseline_env[@]}")
+                "${runner[@]}" timeout 200 "$PYTHON" benchmarks/channels_last_forward_times.py \
+                    --rows "${CL_ROWS:-all}" --kernels --iters 15 --label "$which $round" --out "$OUT" 2>&1 | tail -n 3
+            done
+        done ;;
     *) echo "unknown step $step" ;;
     esac
 done

@@ -76,12 +76,12 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 }
 
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
-// tile. Dynamic shared memory: blockDim.x * VEC * 2 doubles.
+// tile. Dynamic shared memory: stats_smem(t).
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
-// shared memory, (rows, cw, 2) doubles. HOLD: the vectors of the thread's first `held_steps` rows of the tile
-// are also kept in shared memory, held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to
-// normalise without reading them again (all of them when the tile fits, else the first ones: the rest, read
-// last, are the likeliest to be still in L2).
+// shared memory, VEC planes of sums then VEC of sums of squares (gn_cl::sums_plane doubles each). HOLD: the vectors of the thread's first `held_steps`
+// rows of the tile are also kept in shared memory, held[step * blockDim.x + threadIdx.x] for its step-th row,
+// for apply_tile to normalise without reading them again (all of them when the tile fits, else the first ones:
+// the rest, read last, are the likeliest to be still in L2).
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
@@ -152,28 +152,30 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       }
     }
   }
-  // Rows of the CTA per channel: red[r0][j] for channel tile_c0 + j.
-  const int64_t cw = t.cw;
+  // Rows of the CTA per channel: plane k holds element k of every thread's vector (channel col * VEC + k).
+  const int plane = gn_cl::sums_plane(t.rows, t.tc);
+  double* red_ss = red + VEC * plane;
   if (r0 < t.rows) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      double* cell = red + 2 * (static_cast<int64_t>(r0) * cw + static_cast<int64_t>(col) * VEC + k);
-      cell[0] = s[k];
-      cell[1] = ss[k];
+      red[k * plane + threadIdx.x] = s[k];
+      red_ss[k * plane + threadIdx.x] = ss[k];
     }
   }
   __syncthreads();
-  const int64_t width = tile_c1 - tile_c0;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
-    double a = red[2 * j], b = red[2 * j + 1];
+  for (int e = threadIdx.x; e < VEC * t.tc; e += blockDim.x) {  // row slot 0 <- the sums over the row slots
+    const int at = e / t.tc * plane + e % t.tc;
+    double a = red[at], b = red_ss[at];
     for (int rr = 1; rr < t.rows; ++rr) {
-      a += red[2 * (rr * cw + j)];
-      b += red[2 * (rr * cw + j) + 1];
+      a += red[at + rr * t.tc];
+      b += red_ss[at + rr * t.tc];
     }
-    red[2 * j] = a;
-    red[2 * j + 1] = b;
+    red[at] = a;
+    red_ss[at] = b;
   }
   __syncthreads();
+  // Channel j of the tile (relative to tile_c0): element j % VEC of column j / VEC, row slot 0.
+  auto cell = [&](int64_t j) { return static_cast<int>(j % VEC) * plane + static_cast<int>(j / VEC); };
   // Channels of the CTA per group: slot q is group g0 + q, channels [max(tile_c0, g cpg), min(tile_c1, (g+1) cpg)).
   const int64_t g0 = tile_c0 / cpg;
   const int here = static_cast<int>((tile_c1 - 1) / cpg - g0 + 1);
@@ -184,8 +186,8 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       const int64_t hi = group_hi(g0 + q, cpg, tile_c0, tile_c1);
       double a = 0, b = 0;
       for (int64_t j = lo; j < hi; ++j) {
-        a += red[2 * j];
-        b += red[2 * j + 1];
+        a += red[cell(j)];
+        b += red_ss[cell(j)];
       }
       out[2 * q] = a;
       out[2 * q + 1] = b;
@@ -199,8 +201,8 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       const int64_t hi = group_hi(g0 + q, cpg, tile_c0, tile_c1);
       double a = 0, b = 0;
       for (int64_t j = lo + lane; j < hi; j += 32) {
-        a += red[2 * j];
-        b += red[2 * j + 1];
+        a += red[cell(j)];
+        b += red_ss[cell(j)];
       }
       a = warp_sum(a);
       b = warp_sum(b);
@@ -247,9 +249,12 @@ __device__ __forceinline__ void finalize_slices(const T* __restrict__ x, const d
     const int64_t slice = base + lane / lanes;
     double s = 0, ss = 0;
     int64_t n = 0, g = 0;
+    C K = C(0);
     if (slice < slices) {
       n = slice / G;
       g = slice - n * G;
+      // The shift first, so that its load overlaps the partials' instead of following them.
+      if (sub == 0) K = static_cast<C>(x[n * t.HW * t.C + g * cpg]);
       const int64_t ct0 = g * cpg / t.cw, ct1 = ((g + 1) * cpg - 1) / t.cw;  // channel tiles holding the group
       const int64_t cts = ct1 - ct0 + 1;
       const int64_t items = t.hw_tiles * cts;
@@ -266,7 +271,6 @@ __device__ __forceinline__ void finalize_slices(const T* __restrict__ x, const d
       ss += __shfl_xor_sync(0xffffffffu, ss, offset);
     }
     if (slice < slices && sub == 0) {
-      const C K = static_cast<C>(x[n * t.HW * t.C + g * cpg]);
       const SliceNorm<C> nm = norm_from_sums<C>(s, ss, static_cast<double>(cpg) * static_cast<double>(t.HW), K, eps);
       write_stats(nm, mean_out, rstd_out, slice);
       norm[slice] = nm;
@@ -334,14 +338,15 @@ __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restric
     constexpr bool FROM_HELD = decltype(from_held)::value;
     const T* xq = xp + i0 * step;
     T* yq = yp + i0 * step;
-    const Vec<T, VEC>* hq = held + (count - 1 - i0) * blockDim.x + threadIdx.x;  // FROM_HELD only
+    // Index into `held` (an index, not a pointer: `held` is null in the kernels that hold nothing).
+    int64_t held_i = (count - 1 - i0) * blockDim.x + threadIdx.x;
     const int64_t hstep = -static_cast<int64_t>(blockDim.x);
     auto load = [&](int u) {
-      if constexpr (FROM_HELD) return hq[u * hstep];
+      if constexpr (FROM_HELD) return held[held_i + u * hstep];
       else return load_vec<T, VEC>(xq + u * step);
     };
     int64_t i = i0;
-    for (; i + kUnroll <= i1; i += kUnroll, xq += kUnroll * step, yq += kUnroll * step, hq += kUnroll * hstep) {
+    for (; i + kUnroll <= i1; i += kUnroll, xq += kUnroll * step, yq += kUnroll * step, held_i += kUnroll * hstep) {
       Vec<T, VEC> v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) v[u] = load(u);
@@ -389,8 +394,8 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
-  double* red = reinterpret_cast<double*>(cl_fused_smem);  // (rows, cw, 2), then the held rows (HOLD)
-  Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + static_cast<int64_t>(blockDim.x) * VEC * 2);
+  double* red = reinterpret_cast<double*>(cl_fused_smem);  // stats_tile's planes, then the held rows (HOLD)
+  Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + 2 * VEC * gn_cl::sums_plane(t.rows, t.tc));
   stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
   grid.sync();
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
@@ -430,7 +435,9 @@ constexpr int kMinRowsPerThread = 8;
 // 256-thread CTAs hold ~64 KB per SM in flight, more than an H100 SM needs to saturate its share of HBM.
 constexpr int kStatsCtasPerSm = 4;
 
-inline size_t stats_smem(const Tiling& t) { return static_cast<size_t>(t.threads()) * t.vec * 2 * sizeof(double); }
+inline size_t stats_smem(const Tiling& t) {
+  return static_cast<size_t>(gn_cl::sums_plane(t.rows, t.tc)) * t.vec * 2 * sizeof(double);
+}
 
 // The tiling of both passes: threads per CTA depend on C only; the grid is one wave of the statistics kernel.
 template <typename T, int VEC>
@@ -559,11 +566,12 @@ struct BlockPlan {
 };
 
 // Dynamic shared memory of cl_block: per-channel totals (cw pairs of double), per-channel constants (K, a,
-// shift: cw each, compute type), then every thread's per-channel partial sums (threads * vec pairs).
+// shift: cw each, compute type), then every thread's per-channel partial sums (2 * vec planes of
+// gn_cl::sums_plane(rows, tc) values).
 template <typename CT>
-inline size_t block_smem(int threads, int vec, int cw) {
+inline size_t block_smem(int rows, int tc, int vec, int cw) {
   return static_cast<size_t>(cw) * 2 * sizeof(double) + static_cast<size_t>(cw) * 3 * sizeof(CT) +
-         static_cast<size_t>(threads) * vec * 2 * sizeof(CT);
+         static_cast<size_t>(gn_cl::sums_plane(rows, tc)) * vec * 2 * sizeof(CT);
 }
 
 // x, y: (N, HW, C); grid: N * (C / cw) * S CTAs of p.threads, S = the cluster size (1 unless CLUSTERED): cluster
@@ -581,10 +589,12 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   using CT = typename Compute<T>::type;
   extern __shared__ __align__(16) unsigned char cl_block_smem[];
   double* chan = reinterpret_cast<double*>(cl_block_smem);  // (cw, 2): the tile's sums per channel
-  CT* cK = reinterpret_cast<CT*>(chan + 2 * cw);             // (cw) each: the channel's group shift K,
+  CT* cK = reinterpret_cast<CT*>(chan + 2 * cw);             // (VEC, tc) each: the channel's group shift K,
   CT* ca = cK + cw;                                          // its scale a = rstd * w
-  CT* cshift = ca + cw;                                      // and shift b - (mean - K) * a
-  CT* part = cshift + cw;                                    // (threads, VEC, 2): each thread's sums
+  CT* cshift = ca + cw;                                      // and shift b - (mean - K) * a, at cell(channel)
+  const int plane = gn_cl::sums_plane(rows, tc);             // each thread's partial sums, VEC planes,
+  CT* part = cshift + cw;
+  CT* part_ss = part + VEC * plane;                          // then its sums of squares, VEC planes
   const int c_tiles = C / cw;
   const int rank = CLUSTERED ? ClusterView::rank() : 0, ranks = CLUSTERED ? ClusterView::size() : 1;
   const int tile = static_cast<int>(blockIdx.x) / ranks;
@@ -617,7 +627,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     }
     if (r0 == 0) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) cK[col * VEC + k] = K[k];
+      for (int k = 0; k < VEC; ++k) cK[k * tc + col] = K[k];
     }
 #pragma unroll
     for (int i = 0; i < kBlockVecs; ++i) {
@@ -630,42 +640,50 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
       }
     }
   }
+  // Plane k, element r0 * tc + col (gn_cl::sums_plane). Threads past the last row slot (whole warps) hold
+  // nothing and store nothing.
+  if (active) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) {
-    part[(tid * VEC + k) * 2] = s[k];
-    part[(tid * VEC + k) * 2 + 1] = ss[k];
+    for (int k = 0; k < VEC; ++k) {
+      part[k * plane + tid] = s[k];
+      part_ss[k * plane + tid] = ss[k];
+    }
   }
   __syncthreads();
-  // Channel j of the tile is element j % VEC of column j / VEC of every row slot r: part[(r * tc * VEC + j) * 2].
-  // `lanes` consecutive lanes add interleaved row slots, then a shuffle tree; lanes * cw <= blockDim.x when
-  // lanes > 1 (the host's choice), so every warp takes part whole (blockDim.x is a multiple of 32).
-  const int row_stride = tc * VEC * 2;
+  // Column e = k * tc + col (channel j = col * VEC + k) down every row slot. `lanes` consecutive lanes add
+  // interleaved row slots, then a shuffle tree; lanes * cw <= blockDim.x when lanes > 1 (the host's choice), so
+  // every warp takes part whole (blockDim.x is a multiple of 32).
+  auto channel_of = [&](int e) { return e % tc * VEC + e / tc; };
+  auto column_at = [&](int e) { return e / tc * plane + e % tc; };  // column e's element in row slot 0
+  auto cell = [&](int j) { return j % VEC * tc + j / VEC; };  // channel j's place in cK, ca, cshift: (VEC, tc)
   if (lanes > 1) {
-    const int j = tid / lanes, sub = tid % lanes;
+    const int e = tid / lanes, sub = tid % lanes;
     double a = 0, b = 0;
-    if (j < cw) {
-      const CT* p = part + sub * row_stride + 2 * j;
-      for (int r = sub; r < rows; r += lanes, p += lanes * row_stride) {
-        a += static_cast<double>(p[0]);
-        b += static_cast<double>(p[1]);
+    if (e < cw) {
+      const int at = column_at(e);
+      for (int r = sub; r < rows; r += lanes) {
+        a += static_cast<double>(part[at + r * tc]);
+        b += static_cast<double>(part_ss[at + r * tc]);
       }
     }
     for (int offset = lanes / 2; offset > 0; offset >>= 1) {
       a += __shfl_xor_sync(0xffffffffu, a, offset);
       b += __shfl_xor_sync(0xffffffffu, b, offset);
     }
-    if (j < cw && sub == 0) {
+    if (e < cw && sub == 0) {
+      const int j = channel_of(e);
       chan[2 * j] = a;
       chan[2 * j + 1] = b;
     }
   } else {
-    for (int j = tid; j < cw; j += blockDim.x) {
+    for (int e = tid; e < cw; e += blockDim.x) {
       double a = 0, b = 0;
-      const CT* p = part + 2 * j;
-      for (int r = 0; r < rows; ++r, p += row_stride) {
-        a += static_cast<double>(p[0]);
-        b += static_cast<double>(p[1]);
+      const int at = column_at(e);
+      for (int r = 0; r < rows; ++r) {
+        a += static_cast<double>(part[at + r * tc]);
+        b += static_cast<double>(part_ss[at + r * tc]);
       }
+      const int j = channel_of(e);
       chan[2 * j] = a;
       chan[2 * j + 1] = b;
     }
@@ -690,12 +708,12 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   const int g0 = tile_c0 / cpg, groups = cw / cpg;
   const double count = static_cast<double>(cpg) * static_cast<double>(HW);
   auto finish_group = [&](int q, double a, double b, int first, int stride) {
-    const SliceNorm<CT> nm = norm_from_sums<CT>(a, b, count, cK[q * cpg], eps);
+    const SliceNorm<CT> nm = norm_from_sums<CT>(a, b, count, cK[cell(q * cpg)], eps);
     if (first == 0 && rank == 0) write_stats(nm, mean_out, rstd_out, static_cast<int64_t>(n) * G + g0 + q);
     for (int j = q * cpg + first; j < (q + 1) * cpg; j += stride) {
       const CT aj = AFFINE ? nm.rstd * w[tile_c0 + j] : nm.rstd;
-      ca[j] = aj;
-      cshift[j] = (AFFINE ? bias[tile_c0 + j] : CT(0)) - nm.mean_k * aj;
+      ca[cell(j)] = aj;
+      cshift[cell(j)] = (AFFINE ? bias[tile_c0 + j] : CT(0)) - nm.mean_k * aj;
     }
   };
   if (cpg <= 8) {
@@ -719,9 +737,9 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   CT K[VEC], a[VEC], shift[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    K[k] = cK[col * VEC + k];
-    a[k] = ca[col * VEC + k];
-    shift[k] = cshift[col * VEC + k];
+    K[k] = cK[k * tc + col];
+    a[k] = ca[k * tc + col];
+    shift[k] = cshift[k * tc + col];
   }
 #pragma unroll
   for (int i = 0; i < kBlockVecs; ++i) {
@@ -763,7 +781,7 @@ BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) 
       const int threads = static_cast<int>((tc * rows + 31) / 32 * 32);
       if (threads > kBlockMaxThreads) break;  // wider tiles need more threads still
       const int64_t tiles = N * (C / cw), ctas = tiles * cluster;
-      const size_t smem = block_smem<CT>(threads, VEC, static_cast<int>(cw));
+      const size_t smem = block_smem<CT>(static_cast<int>(rows), static_cast<int>(tc), VEC, static_cast<int>(cw));
       if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) break;
       // Also opts the kernel into the shared memory and (cluster > 1) the non-portable cluster sizes.
       const int resident_clusters = max_active_clusters(kernel, device, cluster, threads, smem);
