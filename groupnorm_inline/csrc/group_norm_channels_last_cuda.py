@@ -78,10 +78,11 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
 // tile. Dynamic shared memory: stats_smem(t).
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
-// shared memory, VEC planes of sums then VEC of sums of squares (gn_cl::sums_plane doubles each). HOLD: the vectors of the thread's first `held_steps`
-// rows of the tile are also kept in shared memory, held[step * blockDim.x + threadIdx.x] for its step-th row,
-// for apply_tile to normalise without reading them again (all of them when the tile fits, else the first ones:
-// the rest, read last, are the likeliest to be still in L2).
+// shared memory, VEC planes of sums then VEC of sums of squares (gn_cl::sums_plane doubles each). HOLD: the
+// vectors of the thread's first `held_steps` rows of the tile are also kept in shared memory,
+// held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to normalise without reading them
+// again (all of them when the tile fits, else the first ones: the rest, read last, are the likeliest to be still
+// in L2).
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
