@@ -1,6 +1,6 @@
 """GPU check of each forward launch plan forced by name, then timings of plan variants side by side.
 
-    python benchmarks/plan_check.py [--out DIR] [--small] [--no-timing] [--rows 35] [--trace PLAN;PLAN]
+    python benchmarks/plan_check.py [--out DIR] [--small] [--no-timing] [--rows 35] [--trace PLAN;PLAN] [--compile]
 
 1. Correctness per plan: `group_norm_forward_with_plan` on shapes picked so the plan's edge cases run
    (parts that end mid-vector-row, empty trailing cluster ranks, shared-memory/register/L2 splits of a
@@ -91,13 +91,17 @@ CASES = [
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
     (STREAMED_FORCED_SMALL + "", (33, 6, 128, 129), 3),
     ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
+    ("split:l2_keep_pct=0", (1, 4, 3000, 3000), 1),     # no L2 hints
+    ("split:l2_keep_pct=100", (2, 6, 999, 1001), 3),    # every item kept; D odd: element-wise heads and tails
     ("auto", (16, 64, 512, 512), 8),
 ]
+# The cases --small runs (for compute-sanitizer): two small, two streamed, one forced-small streamed, the splits.
+SMALL_CASES = [0, 1, 4, 5, 8, 15, 16, 17, 18]
 
 
 def correctness(ops, small: bool) -> bool:
     ok = True
-    cases = CASES[:2] + CASES[4:6] + CASES[8:9] if small else CASES
+    cases = [CASES[i] for i in SMALL_CASES] if small else CASES
     for plan, shape, G in cases:
         dtypes = [torch.float32] if small else [torch.float32, torch.bfloat16, torch.float16]
         if plan.startswith(("small", "fused", "split", "resident", "auto")) and not small:
@@ -128,13 +132,18 @@ TIMING_ROWS = {
     # close to it, and one of two rounds.
     "one-round": [((8, 64, 38555), 1, torch.float32), ((1, 32, 564, 606), 4, torch.float16),
                   ((4, 64, 27124), 1, torch.float16), ((4, 4, 1070, 1588), 4, torch.float16)],
+    # Inputs the split plan takes, 14 MB to 512 MB (L2: 50 MB on the H100 and H200): its L2 hints against none.
+    "split": [((4, 64, 27124), 1, torch.float16), ((1, 256, 256, 256), 32, torch.bfloat16),
+              ((4, 4, 1070, 1588), 4, torch.float16), ((8, 64, 38555), 1, torch.float32),
+              ((2, 32, 1024, 1024), 4, torch.float16), ((4, 8, 2000, 1000), 2, torch.float32),
+              ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
 }
 VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",
             "streamed:smem_kb=128", "streamed:smem_kb=64", "streamed:smem_kb=225", "streamed:cluster=8,smem_kb=225"]
 
 
-def timings(ops, row_sets: list[str], variants: list[str]) -> None:
+def timings(ops, row_sets: list[str], variants: list[str], with_compile: bool = False) -> None:
     for key in row_sets:
         for shape, G, dtype in TIMING_ROWS[key]:
             x = torch.rand(shape, device="cuda").to(dtype)
@@ -166,6 +175,11 @@ def timings(ops, row_sets: list[str], variants: list[str]) -> None:
             if dtype == torch.float32 or dtype == torch.bfloat16:
                 t_eager = time_fn(lambda: F.group_norm(x, G, w.to(dtype), b.to(dtype), 1e-5), 20, flush)
                 line.append(f"eager={t_eager:.4f}")
+            if with_compile:
+                compiled = torch.compile(lambda t, ww, bb: F.group_norm(t, G, ww, bb, 1e-5))
+                wc, bc = w.to(dtype), b.to(dtype)
+                line.append(f"compile={time_fn(lambda: compiled(x, wc, bc), 20, flush):.4f}")
+                torch._dynamo.reset()
             log(" | ".join(line))
             log("    auto plan: " + ops.group_norm_forward_plan(x, G, True))
             del x, out
@@ -234,6 +248,7 @@ def main() -> int:
                     help="semicolon-separated streamed plans: phase trace of each at the #35 shape (fp32 and bf16)")
     ap.add_argument("--variants", default=";".join(VARIANTS), help="semicolon-separated plans to time")
     ap.add_argument("--rows", default="35,mid", help="comma-separated timing row sets: " + ",".join(TIMING_ROWS))
+    ap.add_argument("--compile", action="store_true", help="time torch.compile of F.group_norm beside the plans")
     args = ap.parse_args()
     t0 = time.time()
     import groupnorm_inline as gn
@@ -250,7 +265,7 @@ def main() -> int:
         for dtype in (torch.float32, torch.bfloat16):
             trace_report(ops, plan, dtype=dtype)
     if not (args.small or args.no_timing):
-        timings(ops, [r for r in args.rows.split(",") if r], [v for v in args.variants.split(";") if v])
+        timings(ops, [r for r in args.rows.split(",") if r], [v for v in args.variants.split(";") if v], args.compile)
     write_log(args.out, "plan_check.txt")
     return 0 if ok else 1
 

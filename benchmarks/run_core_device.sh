@@ -11,8 +11,13 @@
 #              eager / torch.compile backward timings
 #   bwdpaths   the backward's long-row paths side by side, call by call: benchmarks/backward_path_check.py (row,
 #              resident, the rule's choice, a streaming floor)
-#   plans      benchmarks/plan_check.py timings of the forward plans over $PLAN_ROWS (default "waves")
+#   plans      benchmarks/plan_check.py timings of the forward plans $PLAN_VARIANTS (default
+#              "auto;split;resident;fused") over $PLAN_ROWS (default "waves"); PLAN_COMPILE=1 adds torch.compile
+#   planchecks benchmarks/plan_check.py's correctness cases (every plan forced, float64 references, poisoned
+#              outputs), then compute-sanitizer memcheck over its --small cases
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
+#   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
+#              random_rows.py flagged as slower than a baseline (ours, eager, compile)
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
 #              then with the channels-last forward's fused, partly held and three-launch plans forced, then with
 #              each backward path (row, resident) forced
@@ -64,9 +69,19 @@ for step in "$@"; do
         timeout 300 "$PYTHON" benchmarks/backward_path_check.py 2>&1 | tail -n 20 ;;
     plans)
         timeout 300 "$PYTHON" benchmarks/plan_check.py --no-check --rows "${PLAN_ROWS:-waves}" \
-            --variants "auto;split;resident;fused" --out "$OUT" 2>&1 | grep -v "^  timing" | tail -n 40 ;;
+            --variants "${PLAN_VARIANTS:-auto;split;resident;fused}" ${PLAN_COMPILE:+--compile} --out "$OUT" 2>&1 \
+            | grep -v "^  timing" \
+            | tail -n 40 ;;
+    planchecks)
+        timeout 300 "$PYTHON" benchmarks/plan_check.py --no-timing --out "$OUT/plan-checks" 2>&1 | grep -v "^ok " \
+            | tail -n 20
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/plan_check.py --small \
+            --no-timing --out "$OUT/sanitized" 2>&1 | tail -n 6 | tee "$OUT/sanitizer-plans.txt"
+        echo "compute-sanitizer exit (plan_check --small): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-plans.txt" ;;
     host)
         timeout 300 "$PYTHON" benchmarks/host_overhead.py 2>&1 | grep "##\|us/call" ;;
+    flagged)
+        timeout 400 "$PYTHON" benchmarks/profile_rows.py --set flagged 2>&1 | tail -n 150 ;;
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"

@@ -20,7 +20,9 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
             `gn_finalize` -> `gn_apply`, the last walking the chunks from the end so that its second
-            read starts on what L2 still holds.
+            read starts on what L2 still holds: the first read's last chunks, up to half the L2, taken
+            with an evict_last hint, the rest evict_first. The three kernels are chained by programmatic
+            dependent launches on sm_90 (each grid's CTAs start as the previous one drains).
 
 Slices whose length D is not a multiple of the 16-byte vector start at a different alignment each: the
 resident, fused and split plans take them in vectors with element-wise heads and tails (AlignedSplit); the
@@ -125,10 +127,69 @@ struct AlignedSplit {
   }
 };
 
-// Per-thread shifted sums over xs[begin, end) (any alignment: the head and tail in AlignedSplit).
-template <typename T, typename I, int VEC>
+// L2 eviction priorities (sm_80+): a policy made once per thread, then handed to each hinted load. The split
+// plan reads its last items with evict_last while summing and everything else evict_first, so that its
+// second read finds them in L2 (see launch_streaming). Older GPUs take plain loads.
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// One 16-byte global load with an L2 eviction-priority policy, kept as raw 32-bit words: an array of
+// half/bfloat16 Vec would take a register per element, twice what the words take.
+__device__ __forceinline__ uint4 load16_policy(const void* p, uint64_t policy) {
+  uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "l"(policy));
+#else
+  (void)policy;
+  r = *reinterpret_cast<const uint4*>(p);
+#endif
+  return r;
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> as_vec(const uint4& words) {
+  static_assert(sizeof(Vec<T, VEC>) == 16, "16-byte vectors only");
+  Vec<T, VEC> v;
+  memcpy(&v, &words, 16);
+  return v;
+}
+
+// One vector at p: a plain load, or (HINT, 16-byte vectors) one with the L2 policy `policy`.
+template <typename T, int VEC, bool HINT>
+__device__ __forceinline__ Vec<T, VEC> load_vec_hinted(const T* p, uint64_t policy) {
+  if constexpr (HINT && sizeof(Vec<T, VEC>) == 16) return as_vec<T, VEC>(load16_policy(p, policy));
+  return load_vec<T, VEC>(p);
+}
+
+// Per-thread shifted sums over xs[begin, end) (any alignment: the head and tail in AlignedSplit); HINT: the
+// body's loads carry the L2 policy `policy`.
+template <typename T, typename I, int VEC, bool HINT = false>
 __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, I end,
-                                             typename Compute<T>::type K, double& s, double& ss) {
+                                             typename Compute<T>::type K, double& s, double& ss,
+                                             uint64_t policy = 0) {
   using C = typename Compute<T>::type;
   if constexpr (VEC > 1) {
     const AlignedSplit<T, I, VEC> cut(xs, begin, end);
@@ -146,7 +207,7 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec_hinted<T, VEC, HINT>(xs + j + u * stride, policy);
     C ls = 0, lss = 0;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) add_shifted<T, VEC>(v[u], K, ls, lss);
@@ -157,7 +218,7 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+      if (j + u * stride < end) v[u] = load_vec_hinted<T, VEC, HINT>(xs + j + u * stride, policy);
     C ls = 0, lss = 0;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -206,13 +267,13 @@ __device__ __forceinline__ Vec<T, VEC> normalize_vec(const Vec<T, VEC>& v, I j, 
 }
 
 // y = act(normalised x) over xs[begin, end) (any alignment: the head and tail in AlignedSplit; ys must share
-// xs's alignment, which the host checks).
-template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
+// xs's alignment, which the host checks). HINT: the body's loads carry the L2 policy `policy`.
+template <typename T, typename I, int VEC, bool AFFINE, typename Epi, bool HINT = false>
 __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __restrict__ ys, I begin, I end,
                                                 I HW, ParamRef<T> w,
                                                 ParamRef<T> b,
                                                 const SliceNorm<typename Compute<T>::type>& n,
-                                                const Epi& epi) {
+                                                const Epi& epi, uint64_t policy = 0) {
   bool channel_per_vec = (HW % VEC) == 0;
   if constexpr (VEC > 1) {
     const AlignedSplit<T, I, VEC> cut(xs, begin, end);
@@ -231,7 +292,7 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
   for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride) {
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_vec_hinted<T, VEC, HINT>(xs + j + u * stride, policy);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       store_vec_streaming<T, VEC>(ys + j + u * stride,
@@ -241,7 +302,7 @@ __device__ __forceinline__ void normalize_range(const T* __restrict__ xs, T* __r
     Vec<T, VEC> v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (j + u * stride < end) v[u] = load_vec<T, VEC>(xs + j + u * stride);
+      if (j + u * stride < end) v[u] = load_vec_hinted<T, VEC, HINT>(xs + j + u * stride, policy);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (j + u * stride < end)
@@ -443,13 +504,35 @@ __global__ void __launch_bounds__(kThreads) gn_fused_forward(
 }
 
 // ---- split plan ----------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90+) between its three kernels: each kernel lets the next one launch as
+// soon as all of its CTAs are running, so the next grid's CTAs take the SMs as this one's drain, and wait in
+// griddep_wait() for its results (the grid completed, its writes visible). A kernel launched without the
+// attribute passes griddep_wait() at once.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Step 1: work item w = slice * splits + split sums chunk `split` of its slice into partial[w] (2 doubles).
 // The grid is sized to what is resident at once and strides over the items, so no partial last wave.
+// Items from `l2_first` on are read evict_last (the apply step reads them first, from L2), the others
+// evict_first; l2_first < 0: no hints (plain L2 priority for every load).
 template <typename T, typename I, int VEC>
 __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict__ x, double* __restrict__ partial,
-                                                             int64_t items, int splits, I D, I chunk) {
+                                                             int64_t items, int splits, I D, I chunk,
+                                                             int64_t l2_first) {
   using C = typename Compute<T>::type;
   __shared__ double scratch[64];
+  griddep_launch_dependents();  // the finalize may launch; it waits for this grid before reading
+  const uint64_t keep = l2_first < 0 ? l2_policy_evict_normal() : l2_policy_evict_last();
+  const uint64_t drop = l2_first < 0 ? l2_policy_evict_normal() : l2_policy_evict_first();
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t slice = item / splits;
     const T* xs = x + slice * static_cast<int64_t>(D);
@@ -457,7 +540,7 @@ __global__ void __launch_bounds__(kThreads) gn_stats_partial(const T* __restrict
     const I begin = static_cast<I>(item - slice * splits) * chunk;
     const I end = begin + chunk < D ? begin + chunk : D;
     double s = 0, ss = 0;
-    shifted_sums<T, I, VEC>(xs, begin, end, K, s, ss);
+    shifted_sums<T, I, VEC, true>(xs, begin, end, K, s, ss, l2_first >= 0 && item >= l2_first ? keep : drop);
     block_sum2(s, ss, scratch);
     if (threadIdx.x == 0) {
       partial[item * 2] = s;
@@ -475,6 +558,8 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
                             SliceNorm<typename Compute<T>::type>* __restrict__ norm) {
   using C = typename Compute<T>::type;
   __shared__ double scratch[64];
+  griddep_launch_dependents();
+  griddep_wait();  // partial: written by the statistics step
   const int64_t slice = blockIdx.x;
   double s = 0, ss = 0;
   for (int k = threadIdx.x; k < splits; k += blockDim.x) {
@@ -492,12 +577,15 @@ __global__ void gn_finalize(const T* __restrict__ x, const double* __restrict__ 
 // Step 3: work item w = slice * splits + split normalises chunk `split` of its slice (grid-stride, as step 1),
 // the items taken from the last: step 1 read them in increasing order, so L2 holds its last items, and a
 // second pass in the same order would evict each of them just before reaching it (a tensor larger than L2
-// then re-reads everything from memory; from the end, the first L2-sized share of the pass hits).
+// then re-reads everything from memory; from the end, the first L2-sized share of the pass hits). hinted: x
+// is read evict_first (each vector's last use), so the lines step 1 kept stay until reached.
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_apply(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
     ParamRef<T> b, const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
-    int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk, Epi epi) {
+    int64_t items, int splits, int64_t G, int64_t channels_per_group, I HW, I D, I chunk, bool hinted, Epi epi) {
+  const uint64_t policy = hinted ? l2_policy_evict_first() : l2_policy_evict_normal();
+  griddep_wait();  // norm: written by the finalize
   for (int64_t step = blockIdx.x; step < items; step += gridDim.x) {
     const int64_t item = items - 1 - step;
     const int64_t slice = item / splits;
@@ -505,8 +593,8 @@ __global__ void __launch_bounds__(kThreads) gn_apply(
     const I begin = static_cast<I>(item - slice * splits) * chunk;
     const I end = begin + chunk < D ? begin + chunk : D;
     const int64_t c0 = (slice % G) * channels_per_group;
-    normalize_range<T, I, VEC, AFFINE, Epi>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
-                                       AFFINE ? b + c0 : b, norm[slice], epi);
+    normalize_range<T, I, VEC, AFFINE, Epi, true>(x + offset, y + offset, begin, end, HW, AFFINE ? w + c0 : w,
+                                                  AFFINE ? b + c0 : b, norm[slice], epi, policy);
   }
 }
 
@@ -707,9 +795,35 @@ void launch_small(const Pointers<T>& p, const Problem& pr) {
 
 enum class TwoReadMode { kAuto, kFused, kSplit };
 
+// The split plan's statistics step reads its last items with an L2 evict_last hint, up to this share of the
+// L2 (percent), and every other item evict_first; the apply step, walking from the end, reads x evict_first.
+// Without hints the second read found about half of what it could in L2 (H100, (8,64,38555) G1 fp32, 79 MB:
+// apply 50.5 us for the 158 MB it moves, torch.compile's 44.6). With them (H100, L2 flushed before each call,
+// benchmarks/plan_check.py --rows split), none -> 50%: (4,64,27124) fp16 (14 MB) 29.4 -> 27.5 us,
+// (1,256,256,256) bf16 (32 MB) 47.3 -> 45.7, (8,64,38555) fp32 (79 MB) 99.0 -> 94.9, (2,32,1024,1024) fp16
+// (128 MB) 167 -> 164; the 256-512 MB rows within 0.5%. Keeping 25, 75 or 100% of the L2 was no better.
+constexpr int kSplitL2KeepPct = 50;
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent of the kernel before it in
+// the stream where the device has it (sm_90+; `dependent` false: a plain launch); see griddep_wait.
+template <typename... Params, typename... Args>
+void launch_after(bool dependent, void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
+                  Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = dependent ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
 void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts,
-                      TwoReadMode mode = TwoReadMode::kAuto) {
+                      TwoReadMode mode = TwoReadMode::kAuto, int l2_keep_pct = kSplitL2KeepPct, bool pdl = true) {
   using C = typename Compute<T>::type;
   // Enough CTAs for ~4 resident waves of 256-thread CTAs; each CTA should still stream >= 32 KB.
   const int64_t target_ctas = static_cast<int64_t>(device_info(pr.device).sms) * 32;
@@ -734,36 +848,46 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   const int64_t quantum = 32 * VEC;
   const int64_t chunk = ceil_div(ceil_div(pr.D, splits), quantum) * quantum;
   splits = ceil_div(pr.D, chunk);
+  const int64_t items = pr.slices * splits;
+  // Items kept in L2 for the second read: the last ones the statistics step reads (l2_first < 0: no hints).
+  const int64_t item_bytes = chunk * static_cast<int64_t>(sizeof(T));
+  const int64_t keep_items = std::min<int64_t>(items, device_info(pr.device).l2_bytes / 100 * l2_keep_pct / item_bytes);
+  const int64_t l2_first = l2_keep_pct > 0 ? items - keep_items : -1;
   if (pr.plan) {
-    *pr.plan = "split: " + std::to_string(splits) + " CTAs per slice, partial sums -> finalize -> apply (two reads; vec " +
-               std::to_string(VEC) + ")";
+    *pr.plan = "split: " + std::to_string(splits) + " CTAs per slice, partial sums -> finalize -> apply (two reads, " +
+               (l2_first < 0 ? std::string("no L2 hints")
+                             : "the last " + std::to_string(keep_items * item_bytes >> 20) + " MB of the first kept in L2") +
+               "; vec " + std::to_string(VEC) + ")";
     return;
   }
   // Scratch, O(slices * splits): partial sums, then each slice's (K, mean - K, rstd).
   at::Tensor partial = at::empty({pr.slices * splits * 2}, opts.dtype(at::kDouble));
   at::Tensor norm = at::empty({static_cast<int64_t>(pr.slices * sizeof(SliceNorm<C>))}, opts.dtype(at::kByte));
   auto* norm_ptr = reinterpret_cast<SliceNorm<C>*>(norm.data_ptr());
-  const int64_t items = pr.slices * splits;
   gn_stats_partial<T, I, VEC><<<resident_grid(gn_stats_partial<T, I, VEC>, items, pr.device), kThreads, 0,
                                 pr.stream>>>(p.x, partial.data_ptr<double>(), items, static_cast<int>(splits),
-                                             static_cast<I>(pr.D), static_cast<I>(chunk));
+                                             static_cast<I>(pr.D), static_cast<I>(chunk), l2_first);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_finalize<T><<<static_cast<unsigned>(pr.slices), 128, 0, pr.stream>>>(
-      p.x, partial.data_ptr<double>(), static_cast<int>(splits), pr.D, pr.eps, p.mean, p.rstd, norm_ptr);
+  const bool dependent = pdl && device_info(pr.device).major >= 9;
+  launch_after(dependent, gn_finalize<T>, static_cast<unsigned>(pr.slices), 128, pr.stream, p.x,
+               static_cast<const double*>(partial.data_ptr<double>()), static_cast<int>(splits), pr.D, pr.eps, p.mean,
+               p.rstd, norm_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  gn_apply<T, I, VEC, AFFINE, Epi><<<resident_grid(gn_apply<T, I, VEC, AFFINE, Epi>, items, pr.device), kThreads, 0,
-                                pr.stream>>>(p.x, p.y, p.w, p.b, norm_ptr, items, static_cast<int>(splits), pr.G,
-                                             pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D),
-                                             static_cast<I>(chunk), make_epilogue<Epi>(pr.act));
+  launch_after(dependent, gn_apply<T, I, VEC, AFFINE, Epi>, resident_grid(gn_apply<T, I, VEC, AFFINE, Epi>, items,
+               pr.device), kThreads, pr.stream, p.x, p.y, p.w, p.b, static_cast<const SliceNorm<C>*>(norm_ptr), items,
+               static_cast<int>(splits), pr.G, pr.cpg, static_cast<I>(pr.HW), static_cast<I>(pr.D),
+               static_cast<I>(chunk), l2_keep_pct > 0, make_epilogue<Epi>(pr.act));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 """ + STREAMED_FORWARD_CUDA + r"""
 // Picks the plan for one problem (see the module docstring) and launches it.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-void launch_two_read(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts, TwoReadMode mode) {
-  if (pr.D < (int64_t(1) << 30)) return launch_streaming<T, int32_t, VEC, AFFINE, Epi>(p, pr, opts, mode);
-  launch_streaming<T, int64_t, VEC, AFFINE, Epi>(p, pr, opts, mode);  // 64-bit offsets inside a slice
+void launch_two_read(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts, TwoReadMode mode,
+                     int l2_keep_pct = kSplitL2KeepPct, bool pdl = true) {
+  if (pr.D < (int64_t(1) << 30))
+    return launch_streaming<T, int32_t, VEC, AFFINE, Epi>(p, pr, opts, mode, l2_keep_pct, pdl);
+  launch_streaming<T, int64_t, VEC, AFFINE, Epi>(p, pr, opts, mode, l2_keep_pct, pdl);  // 64-bit offsets in a slice
 }
 
 template <typename T, int VEC, bool AFFINE, typename Epi>
@@ -814,7 +938,11 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
   } else if (name == "fused") {
     launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kFused);
   } else if (name == "split") {
-    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit);
+    const int64_t keep_pct = plan_option(plan, "l2_keep_pct", kSplitL2KeepPct);
+    TORCH_CHECK(keep_pct >= 0 && keep_pct <= 100,
+                gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
+    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit, static_cast<int>(keep_pct),
+                                         plan_option(plan, "pdl", 1) != 0);
   } else {
     TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,
                                           "'; expected auto, small, resident, streamed, fused or split"));

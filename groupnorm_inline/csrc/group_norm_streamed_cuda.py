@@ -54,36 +54,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ uint64_t l2_policy_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-__device__ __forceinline__ uint64_t l2_policy_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// One 16-byte global load with an L2 eviction-priority policy, kept as raw 32-bit words: an array of
-// half/bfloat16 Vec would take a register per element, twice what the words take.
-__device__ __forceinline__ uint4 load16_policy(const void* p, uint64_t policy) {
-  uint4 r;
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(policy));
-  return r;
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ Vec<T, VEC> as_vec(const uint4& words) {
-  static_assert(sizeof(Vec<T, VEC>) == 16, "16-byte vectors only");
-  Vec<T, VEC> v;
-  memcpy(&v, &words, 16);
-  return v;
-}
-
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
 }
