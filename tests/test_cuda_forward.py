@@ -479,6 +479,8 @@ FORCED_PLAN_CASES = [
     ("fused", (3, 8, 24, 24), 2),
     ("split", (2, 16, 40, 36), 4),
     ("fused", (2, 12, 8, 8), 3),                                # HW = 64: many channels per stride
+    ("split:l2_keep_pct=0,pdl=0", (1, 4, 3000, 3000), 1),       # no L2 hints, plain launches
+    ("split:l2_keep_pct=100", (2, 6, 999, 1001), 3),            # every item kept in L2; odd D: element-wise edges
 ]
 
 
@@ -514,6 +516,8 @@ def test_forced_plan_errors():
         load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "bogus")
     with pytest.raises(RuntimeError, match=r"plan 'small' cannot take slices of 1024 elements \(8 slices"):
         load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "small")
+    with pytest.raises(RuntimeError, match=r"l2_keep_pct must be in \[0, 100\], got 101"):
+        load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "split:l2_keep_pct=101")
 
 
 def test_streamed_plan_takes_large_parts():
