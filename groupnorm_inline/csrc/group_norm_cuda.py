@@ -802,6 +802,8 @@ enum class TwoReadMode { kAuto, kFused, kSplit };
 // benchmarks/plan_check.py --rows split), none -> 50%: (4,64,27124) fp16 (14 MB) 29.4 -> 27.5 us,
 // (1,256,256,256) bf16 (32 MB) 47.3 -> 45.7, (8,64,38555) fp32 (79 MB) 99.0 -> 94.9, (2,32,1024,1024) fp16
 // (128 MB) 167 -> 164; the 256-512 MB rows within 0.5%. Keeping 25, 75 or 100% of the L2 was no better.
+// No line stays evict_last after the call: the apply step reads every item again, and an access with a policy
+// sets the line's priority (PTX has evict_unchanged for accesses that should not).
 constexpr int kSplitL2KeepPct = 50;
 
 // Launches kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent of the kernel before it in
