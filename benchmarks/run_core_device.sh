@@ -16,6 +16,10 @@
 #   planchecks benchmarks/plan_check.py's correctness cases (every plan forced, float64 references, poisoned
 #              outputs), then compute-sanitizer memcheck over its --small cases
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
+#   overhead   benchmarks/bench_overhead.py on the CPU and the GPU: host time per call of ours against
+#              nn.GroupNorm at tiny shapes; with $BASELINE, the baseline's too
+#   apitests   pytest (CPU and CUDA cases) of the Python entry and the operators' contract: errors, opcheck,
+#              torch.compile, functional and module tests
 #   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
 #              random_rows.py flagged as slower than a baseline (ours, eager, compile)
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
@@ -80,6 +84,18 @@ for step in "$@"; do
         echo "compute-sanitizer exit (plan_check --small): ${PIPESTATUS[0]}" | tee -a "$OUT/sanitizer-plans.txt" ;;
     host)
         timeout 300 "$PYTHON" benchmarks/host_overhead.py 2>&1 | grep "##\|us/call" ;;
+    overhead)
+        timeout 200 "$PYTHON" benchmarks/bench_overhead.py --device all 2>&1 | tee "$OUT/bench-overhead.txt" \
+            | grep -v "^\[groupnorm"
+        if [[ -n "${BASELINE:-}" ]]; then
+            wait "$baseline_build"
+            (cd "$BASELINE" && timeout 200 "${baseline_env[@]}" "$PYTHON" benchmarks/bench_overhead.py --device all) \
+                2>&1 | tee "$OUT/bench-overhead-baseline.txt" | grep -v "^\[groupnorm"
+        fi ;;
+    apitests)
+        timeout 400 "$PYTHON" -m pytest tests/test_errors.py tests/test_opcheck.py tests/test_compile.py \
+            tests/test_functional.py tests/test_module.py -q -p no:cacheprovider --tb=short 2>&1 | tail -n 30 \
+            | tee "$OUT/pytest-api.txt" ;;
     flagged)
         timeout 400 "$PYTHON" benchmarks/profile_rows.py --set flagged 2>&1 | tail -n 150 ;;
     sanitizer)

@@ -12,8 +12,7 @@ import inspect
 import torch
 from torch import nn
 
-from . import activations
-from .functional import group_norm
+from . import activations, functional
 
 
 class GroupNorm(nn.GroupNorm):
@@ -33,12 +32,8 @@ class GroupNorm(nn.GroupNorm):
         self.activation = activations.name_of(self._activation[0])
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        code, alpha, beta = self._activation
-        if code == 0:
-            return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
-        params = dict(zip((n for n, _ in activations.ACTIVATIONS[self.activation].params), (alpha, beta)))
-        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps, activation=self.activation,
-                          activation_params=params)
+        # The activation was resolved at construction: straight to the operator.
+        return functional.forward(input, self.num_groups, self.weight, self.bias, self.eps, self._activation)[0]
 
     def extra_repr(self) -> str:
         text = super().extra_repr()

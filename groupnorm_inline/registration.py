@@ -40,12 +40,53 @@ def stats_dtype(dtype: torch.dtype) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------- forward
 
 def output_memory_format(input: torch.Tensor) -> torch.memory_format:
-    """The layout of the operators' outputs for `input` (the kernels' rule, `is_channels_last` in C++):
-    channels-last when the input is channels-last contiguous and not also NCHW-contiguous."""
+    """The layout of the operators' outputs for an input they read in place (the kernels' rule,
+    `is_channels_last` in C++): channels-last when the input is channels-last contiguous and not also
+    NCHW-contiguous. The backward copies any other input to NCHW."""
     fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(input.dim())
     if fmt is not None and not input.is_contiguous() and input.is_contiguous(memory_format=fmt):
         return fmt
     return torch.contiguous_format
+
+
+# Dims in the order ATen's channels-last test walks them: C, W, H, N (C, W, H, D, N).
+_CHANNELS_LAST_ORDER = {4: ((1, 3, 2, 0), torch.channels_last), 5: ((1, 4, 3, 2, 0), torch.channels_last_3d)}
+
+
+def suggested_memory_format(x: torch.Tensor) -> torch.memory_format:
+    """ATen's `Tensor.suggest_memory_format()`, which Python does not expose: the layout the forward copies an
+    input of other strides into (`readable_input` in C++), as PyTorch's CPU GroupNorm lays out its output.
+
+    ATen keeps channels_last for any tensor whose strides are *ordered* like NHWC (NDHWC), sliced views
+    included: the dims, taken in the order C, W, H, N (C, W, H, D, N), must have non-decreasing strides, each
+    at least the extent of the previous one; a zero C stride, an empty dim or an N stride equal to C's
+    (ambiguous N111) means contiguous.
+    """
+    order = _CHANNELS_LAST_ORDER.get(x.dim())
+    if order is None:
+        return torch.contiguous_format
+    dim_order, channels_last = order
+    shape, strides = x.shape, x.stride()
+    if strides[1] == 0:
+        return torch.contiguous_format
+    min_stride = 0
+    for d in dim_order:  # an NCHW-contiguous tensor leaves at the second dim (W's stride 1 < C's extent)
+        if shape[d] == 0 or strides[d] < min_stride:
+            return torch.contiguous_format
+        if d == 0 and min_stride == strides[1]:
+            return torch.contiguous_format
+        min_stride = strides[d] * shape[d]
+    return channels_last
+
+
+def forward_output_memory_format(input: torch.Tensor) -> torch.memory_format:
+    """The layout of the forward's output for any input: the input's own when the kernels read it in place,
+    contiguous when it is empty (an empty tensor is contiguous whatever its strides), else the suggested one
+    it is copied into."""
+    if input.is_contiguous():
+        return torch.contiguous_format
+    fmt = output_memory_format(input)
+    return fmt if fmt != torch.contiguous_format else suggested_memory_format(input)
 
 
 def _check_activation(activation):
@@ -54,12 +95,17 @@ def _check_activation(activation):
 
 
 def _forward_fake(input, num_groups, weight, bias, eps, activation=0, act_alpha=0.0, act_beta=0.0):
+    # Reached by real meta tensors too (a meta input or parameter, the autograd layer skipped under inference
+    # mode): the operator's own checks refuse them, as the CPU and CUDA kernels would. Fake tensors under
+    # torch.compile report the device they stand for, and their arguments were checked by the autograd layer.
+    if input.device.type == "meta" or any(p is not None and p.device != input.device for p in (weight, bias)):
+        getattr(torch.ops, OP_NAMESPACE).group_norm_check_args(input, num_groups, weight, bias)
     torch._check(input.dim() >= 2, lambda: "Expected at least 2 dimensions for input tensor")
     torch._check(num_groups > 0, lambda: f"Expected num groups to be greater than 0, got {num_groups}")
     _check_activation(activation)
     n = input.shape[0]
     acc = stats_dtype(input.dtype)
-    return (torch.empty_like(input, memory_format=output_memory_format(input)),
+    return (torch.empty_like(input, memory_format=forward_output_memory_format(input)),
             input.new_empty((n, num_groups), dtype=acc), input.new_empty((n, num_groups), dtype=acc))
 
 

@@ -53,10 +53,20 @@ def test_forward_messages(core):
     with raises(RuntimeError, "Expected number of channels in input to be divisible by num_groups, but got input "
                               "of shape [2, 6, 5] and num_groups=4"):
         forward(torch.randn(2, 6, 5), 4, None, None, 1e-5)
-    with raises(NotImplementedError, "\"group_norm_forward_cpu\" not implemented for 'Int'"):
+    # The forward refuses other dtypes with the Python entry's TypeError (the checks are the operator's own).
+    with raises(TypeError, "group_norm: expected a floating-point input (float16, bfloat16, float32 or float64), "
+                           "but got torch.int32"):
         forward(torch.ones(2, 6, 5, dtype=torch.int32), 3, None, None, 1e-5)
-    with raises(NotImplementedError, "\"group_norm_forward_cpu\" not implemented for 'Float8_e4m3fn'"):
+    with raises(TypeError, "but got torch.float8_e4m3fn"):
         forward(torch.zeros(2, 6, 5).to(torch.float8_e4m3fn), 3, None, None, 1e-5)
+    with raises(ValueError, "Expected more than 1 value per channel when training, got input size [1, 3]"):
+        forward(torch.randn(1, 3), 3, None, None, 1e-5)
+    with raises(RuntimeError, "Expected all tensors to be on the same device, but found at least two devices, cpu "
+                              "(input) and meta (bias)!"):
+        forward(torch.randn(2, 6, 5), 3, None, torch.zeros(6, device="meta"), 1e-5)
+    with raises(RuntimeError, "group_norm: expected weight to have dtype torch.float16 or torch.float32 for an input "
+                              "of dtype torch.float16, but got torch.float64"):
+        forward(torch.randn(2, 6, 5).half(), 3, torch.ones(6, dtype=torch.float64), None, 1e-5)
 
 
 def _backward_args(**change):

@@ -152,6 +152,28 @@ def test_bad_input_raises(case):
         assert_bitwise_equal(x, x_before, "input")
 
 
+# In inference mode the operator's autograd layer is skipped and the CPU kernel is called directly: it runs the
+# same checks. (A meta tensor there reaches the fake kernel, which refuses it alike.)
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_raises_in_inference_mode(case):
+    spec = CASES[case]
+    x, num_groups, weight, bias = spec.make()
+    with torch.inference_mode(), pytest.raises(spec.error, match=spec.match):
+        group_norm(x, num_groups, weight, bias)
+
+
+@pytest.mark.parametrize("case", ["C not divisible by num_groups", "weight of the wrong length",
+                                  "float64 weight, float32 input", "one value per group (N = 1, C = G, no trailing dims)"])
+def test_bad_input_raises_from_the_operator(case):
+    """The operator itself (torch.ops, no Python wrapper) refuses with the same words and exception types."""
+    spec = CASES[case]
+    x, num_groups, weight, bias = spec.make()
+    with pytest.raises(spec.error, match=spec.match):
+        torch.ops.groupnorm_inline.group_norm_forward(x, num_groups, weight, bias, 1e-5)
+    with pytest.raises(spec.error, match=spec.match):
+        groupnorm_inline.functional.check_group_norm_args(x, num_groups, weight, bias)
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if CASES[c].torch_error is not None])
 def test_pytorch_raises_alike(case):
     """Pins what F.group_norm does for each row, so the table above stays true across torch versions."""

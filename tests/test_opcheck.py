@@ -47,6 +47,32 @@ def test_opcheck_forward(shape, num_groups, dtype, param_dtype, requires_grad, d
     torch.library.opcheck(_ops().group_norm_forward.default, args)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "requires_grad"])
+@pytest.mark.parametrize("view", ["transposed H/W", "channels_last, H sliced", "expanded batch (stride 0)",
+                                  "(C, N) transposed to (N, C)"])
+def test_opcheck_forward_views(view, requires_grad, device):
+    """The operator takes any strides (copying what its kernels cannot read in place into the layout ATen
+    suggests): the fake kernel must give the output the same strides as the real one."""
+    from cases import make_view
+
+    x, _ = make_view(view, torch.float32, device=device)
+    x = x.requires_grad_(requires_grad) if x.is_leaf else x.detach().requires_grad_(requires_grad)
+    weight = torch.randn(6, device=device).requires_grad_(requires_grad)
+    bias = torch.randn(6, device=device).requires_grad_(requires_grad)
+    torch.library.opcheck(_ops().group_norm_forward.default, (x, 3, weight, bias, 1e-5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("given", ["weight only", "bias only"])
+def test_opcheck_forward_one_parameter(given, device):
+    """A weight without a bias or the reverse: the operator fills in the other (ones / zeros)."""
+    x = torch.randn(2, 6, 5, 7, device=device, dtype=torch.float16).requires_grad_()
+    param = torch.randn(6, device=device).requires_grad_()  # float32 beside a half input
+    weight, bias = (param, None) if given == "weight only" else (None, param)
+    torch.library.opcheck(_ops().group_norm_forward.default, (x, 3, weight, bias, 1e-5))
+
+
 def _backward_args(shape, num_groups, dtype, param_dtype, device, requires_grad, output_mask):
     x = torch.randn(shape, device=device).to(dtype)
     weight = None if param_dtype is None else torch.randn(shape[1], device=device).to(param_dtype)

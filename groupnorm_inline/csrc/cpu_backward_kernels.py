@@ -42,6 +42,11 @@ inline Pack<T> grad_z(const Pack<T>& dy, const Pack<T>& d, const Pack<T>& a, con
   }
 }
 
+// Channels shorter than one vector ((N, C) inputs, 2x2 maps) are walked element by element (without an
+// activation): a masked load or store copies through a buffer, and with a handful of elements per channel
+// those copies and the lane sums cost more than the arithmetic. (8, 64) G4 float32, one thread: backward
+// 13.4 us per call in the kernel, against ~3 us for PyTorch's.
+
 // Adds the sums of len elements of one NCHW channel (x, dy) to out; m: the saved mean, a = rstd * w[c],
 // bias: bias[c] (a, bias only read with an activation).
 template <typename T, bool kAct>
@@ -50,6 +55,21 @@ inline void channel_sums(const T* x, const T* dy, int64_t len, compute_t<T> m, c
   using P = Pack<T>;
   using C = compute_t<T>;
   constexpr int64_t W = P::kWidth;
+  if constexpr (!kAct) {
+    if (len < W) {  // a channel shorter than one vector (see above)
+      C sd = 0, sb = 0, sm = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        const C d = static_cast<C>(x[i]) - m, g = static_cast<C>(dy[i]);
+        sd += g * d;
+        sb += g;
+        sm += d;
+      }
+      out.ds += static_cast<double>(sd);
+      out.db += static_cast<double>(sb);
+      out.dm += static_cast<double>(sm);
+      return;
+    }
+  }
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias);
   for (int64_t start = 0; start < len; start += kBlock) {
     const int64_t end = std::min(len, start + kBlock);
@@ -82,7 +102,16 @@ inline void channel_grad_input(const T* x, const T* dy, T* dx, int64_t len, comp
                                compute_t<T> bias, compute_t<T> cx, compute_t<T> c1, const gn_act::Params& act,
                                bool stream) {
   using P = Pack<T>;
+  using C = compute_t<T>;
   constexpr int64_t W = P::kWidth;
+  if constexpr (!kAct) {
+    if (len < W) {  // a channel shorter than one vector (see above)
+      for (int64_t i = 0; i < len; ++i) {
+        dx[i] = static_cast<T>(a * static_cast<C>(dy[i]) + (cx * (static_cast<C>(x[i]) - m) + c1));
+      }
+      return;
+    }
+  }
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias), vcx = P::broadcast(cx),
           vc1 = P::broadcast(c1);
   int64_t i = 0;

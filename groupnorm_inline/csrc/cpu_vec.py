@@ -295,6 +295,20 @@ inline void run_moments(const T* x, int64_t len, Moments& m) {
   using P = Pack<T>;
   using C = compute_t<T>;
   constexpr int64_t W = P::kWidth;
+  if (len > 0 && len < W) {
+    // Shorter than one pack ((N, C) inputs: a slice of C/G values): element by element, since a masked load
+    // copies through a buffer (one out-of-line call per load with AVX-512) and costs more than the sums.
+    const C pivot = m.n > 0 ? static_cast<C>(m.mean) : static_cast<C>(x[0]);
+    C s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const C d = static_cast<C>(x[i]) - pivot;
+      s1 += d;
+      s2 += d * d;
+    }
+    m.merge_shifted(static_cast<double>(len), static_cast<double>(pivot), static_cast<double>(s1),
+                    static_cast<double>(s2));
+    return;
+  }
   for (int64_t start = 0; start < len; start += kBlock) {
     const int64_t end = std::min(len, start + kBlock);
     const C pivot = m.n > 0 ? static_cast<C>(m.mean) : static_cast<C>(x[start]);

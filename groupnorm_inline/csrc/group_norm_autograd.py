@@ -25,7 +25,7 @@ Concatenated with the other C++ sources into one translation unit; the namespace
 group_norm_cpu.py, so this source adds its schema with TORCH_LIBRARY_FRAGMENT.
 """
 
-from .message import MESSAGE_HEADER
+from .group_norm_cpu import GROUP_NORM_FORWARD_SHARED
 
 # The double-backward formula: (grad_input, grad_weight, grad_bias) in the dtypes of input and weight (the
 # input's when there is no weight), differentiable in grad_out, input and weight.
@@ -33,7 +33,7 @@ DIFFERENTIABLE_BACKWARD_SCHEMA = ("group_norm_differentiable_backward(Tensor gra
                                   " int num_groups, float eps, Tensor? bias=None, int activation=0,"
                                   " float act_alpha=0., float act_beta=0.) -> (Tensor, Tensor, Tensor)")
 
-GROUP_NORM_AUTOGRAD_TEMPLATE = MESSAGE_HEADER + r"""
+GROUP_NORM_AUTOGRAD_TEMPLATE = GROUP_NORM_FORWARD_SHARED + r"""
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -93,7 +93,7 @@ struct Statistics {
 };
 
 struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
-  // input: (N, C, *) contiguous; weight, bias: (C,) or absent. Returns out (N, C, *), the node's only output;
+  // input: (N, C, *) as the kernels read it (readable_input); weight, bias: (C,) both or neither. Returns out (N, C, *), the node's only output;
   // mean and rstd go to *stats. Made with grad mode off, they carry no gradient, as non-differentiable outputs
   // would; but a C++ Function that marks outputs non-differentiable cannot run under compiled autograd
   // (torch._dynamo.compiled_autograd asserts the context holds no such marks), so they are not outputs.
@@ -177,14 +177,26 @@ inline bool requires_grad(const std::optional<at::Tensor>& t) { return present(t
 
 // The Autograd kernel of group_norm_forward. Without anything to record (inference, no_grad, no tensor
 // requiring grad) the operator is called straight below the autograd layer: no graph node, no saved tensors.
-TensorTriple group_norm_forward_autograd(const at::Tensor& input, int64_t num_groups,
-                                         const std::optional<at::Tensor>& weight,
-                                         const std::optional<at::Tensor>& bias, double eps, int64_t activation,
+// The arguments are checked here, ahead of any graph node (the kernels check them again, for the calls that
+// skip this layer: inference mode). An input of other strides is copied here into the layout the kernels
+// read (readable_input), so the node saves that copy and the copy's own graph node takes the gradient back
+// to the caller's tensor; a missing weight or bias beside a present one is filled in (affine_pair), so the
+// parameter gradients keep the present one's dtype.
+TensorTriple group_norm_forward_autograd(const at::Tensor& input_arg, int64_t num_groups,
+                                         const std::optional<at::Tensor>& weight_arg,
+                                         const std::optional<at::Tensor>& bias_arg, double eps, int64_t activation,
                                          double act_alpha, double act_beta) {
-  if (!at::GradMode::is_enabled() || !(input.requires_grad() || requires_grad(weight) || requires_grad(bias))) {
+  // Traced with symbolic shapes (torch.compile, dynamic=True): the sizes cannot be read, and the fake kernel
+  // (registration.py) gives the output the same layout; the compiled graph's call checks them at run time.
+  const bool symbolic = input_arg.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  if (!symbolic) gn_inline_forward::check_forward_args(input_arg, num_groups, weight_arg, bias_arg);
+  const at::Tensor input = symbolic ? input_arg : gn_inline_forward::readable_input(input_arg);
+  if (!at::GradMode::is_enabled() ||
+      !(input.requires_grad() || requires_grad(weight_arg) || requires_grad(bias_arg))) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return forward_op().call(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta);
+    return forward_op().call(input, num_groups, weight_arg, bias_arg, eps, activation, act_alpha, act_beta);
   }
+  const auto [weight, bias] = gn_inline_forward::affine_pair(weight_arg, bias_arg);
   Statistics stats;
   at::Tensor out =
       GroupNormForward::apply(input, num_groups, weight, bias, eps, activation, act_alpha, act_beta, &stats);

@@ -1020,17 +1020,19 @@ void forward_typed(const at::Tensor& x, at::Tensor& y, const at::Tensor& w, cons
 }
 
 """ + CHANNELS_LAST_FORWARD_CUDA + r"""
-std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, int64_t num_groups,
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& input_arg, int64_t num_groups,
                                                             const std::optional<at::Tensor>& weight,
                                                             const std::optional<at::Tensor>& bias, double eps,
                                                             int64_t activation, double act_alpha, double act_beta,
                                                             const std::string* force, int64_t* trace = nullptr) {
-  TORCH_CHECK(input.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");
-  const c10::cuda::CUDAGuard guard(input.device());
+  gn_inline_forward::check_forward_args(input_arg, num_groups, weight, bias);
+  TORCH_CHECK(input_arg.is_cuda(), "group_norm_forward_cuda: expected a CUDA input");  // (checked, so unreachable)
+  const c10::cuda::CUDAGuard guard(input_arg.device());
   // Every CUDA kernel reads a half input's own-dtype parameters directly (ParamRef): no conversion launches.
   gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
-      input, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda",
+      input_arg, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cuda",
       /*keep_param_dtype=*/true);
+  const at::Tensor& input = call.x;
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t HW = call.HW;
