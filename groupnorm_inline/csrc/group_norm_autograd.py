@@ -93,10 +93,11 @@ struct Statistics {
 };
 
 struct GroupNormForward : public torch::autograd::Function<GroupNormForward> {
-  // input: (N, C, *) as the kernels read it (readable_input); weight, bias: (C,) both or neither. Returns out (N, C, *), the node's only output;
-  // mean and rstd go to *stats. Made with grad mode off, they carry no gradient, as non-differentiable outputs
-  // would; but a C++ Function that marks outputs non-differentiable cannot run under compiled autograd
-  // (torch._dynamo.compiled_autograd asserts the context holds no such marks), so they are not outputs.
+  // input: (N, C, *) as the kernels read it (readable_input); weight, bias: (C,) both or neither. Returns
+  // out (N, C, *), the node's only output; mean and rstd go to *stats. Made with grad mode off, they carry no
+  // gradient, as non-differentiable outputs would; but a C++ Function that marks outputs non-differentiable
+  // cannot run under compiled autograd (torch._dynamo.compiled_autograd asserts the context holds no such
+  // marks), so they are not outputs.
   // activation, act_alpha, act_beta: the fused activation (0: none). With one, the bias is saved as well: the
   // backward recomputes the activation's input from input, statistics, weight and bias.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
