@@ -68,21 +68,30 @@ inline bool dispatched_type(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
 }
 
+// weight and bias as the kernels take them: both or neither. A missing one of the pair is filled in (ones for
+// the weight, zeros for the bias, in the other's dtype), so y = x_hat * w[c] + b[c] holds either way.
+inline std::pair<std::optional<at::Tensor>, std::optional<at::Tensor>> affine_pair(
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
+  if (has_w == has_b) return {weight, bias};
+  if (has_b) return {at::ones_like(*bias), bias};
+  return {weight, at::zeros_like(*weight)};
+}
+
 // weight and bias as the kernels read them: (C,) contiguous in compute_type, or both undefined (no affine).
-// `op` names the operator in the messages.
 struct AffineParams {
   at::Tensor w, b;
   bool affine() const { return w.defined(); }
 };
 
-inline AffineParams affine_params(const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                                  const std::optional<at::Tensor>& bias, const char* op,
-                                  bool keep_param_dtype = false) {
+// The parameters of a checked call (check_forward_args) as the kernels read them, a missing one of a pair filled
+// in (affine_pair). keep_param_dtype: parameters of the input's own dtype stay in it (kernels that convert as
+// they read); anything else is converted to the compute type here.
+inline AffineParams affine_params(const at::Tensor& input, const std::optional<at::Tensor>& weight_arg,
+                                  const std::optional<at::Tensor>& bias_arg, bool keep_param_dtype = false) {
   AffineParams p;
+  const auto [weight, bias] = affine_pair(weight_arg, bias_arg);
   if (!(weight.has_value() && weight->defined())) return p;
-  TORCH_CHECK(bias.has_value() && bias->defined(), gn_inline_msg::cat(op, ": weight and bias come together"));
-  // keep_param_dtype: parameters of the input's own dtype stay in it (kernels that convert as they read);
-  // anything else is converted to the compute type here.
   const bool keep = keep_param_dtype && weight->scalar_type() == input.scalar_type() &&
                     bias->scalar_type() == input.scalar_type();
   const at::ScalarType target = keep ? input.scalar_type() : compute_type(input);
@@ -92,8 +101,6 @@ inline AffineParams affine_params(const at::Tensor& input, const std::optional<a
   };
   p.w = as_target(*weight);
   p.b = as_target(*bias);
-  TORCH_CHECK(p.w.numel() == input.size(1) && p.b.numel() == input.size(1),
-              gn_inline_msg::cat(op, ": weight/bias must have C elements"));
   return p;
 }
 
@@ -189,16 +196,6 @@ inline at::Tensor readable_input(const at::Tensor& input) {
   return input.contiguous(input.suggest_memory_format());
 }
 
-// weight and bias as the kernels take them: both or neither. A missing one of the pair is filled in (ones for
-// the weight, zeros for the bias, in the other's dtype), so y = x_hat * w[c] + b[c] holds either way.
-inline std::pair<std::optional<at::Tensor>, std::optional<at::Tensor>> affine_pair(
-    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
-  const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
-  if (has_w == has_b) return {weight, bias};
-  if (has_b) return {at::ones_like(*bias), bias};
-  return {weight, at::zeros_like(*weight)};
-}
-
 // One forward call with its outputs allocated (the caller has run check_forward_args): x, the input as the
 // kernels read it (NCHW- or channels-last contiguous, see readable_input) with HW spatial elements per
 // channel; y like x (same layout; contiguous when empty, as PyTorch's), mean and rstd (N, num_groups) in
@@ -230,8 +227,7 @@ inline ForwardCall prepare_forward(const at::Tensor& input, int64_t num_groups, 
   call.rstd = at::empty({call.N, num_groups}, input.options().dtype(acc));
   if (call.empty) return call;
   call.HW = input.numel() / (call.N * call.C);
-  const auto [w, b] = affine_pair(weight, bias);
-  call.params = affine_params(call.x, w, b, op, keep_param_dtype);
+  call.params = affine_params(call.x, weight, bias, keep_param_dtype);
   return call;
 }
 
