@@ -93,10 +93,15 @@ CASES = [
     ("fused", (3, 8, 100, 100), 2), ("split", (3, 8, 100, 100), 2), ("split", (1, 4, 3000, 3000), 1),
     ("split:l2_keep_pct=0", (1, 4, 3000, 3000), 1),     # no L2 hints
     ("split:l2_keep_pct=100", (2, 6, 999, 1001), 3),    # every item kept; D odd: element-wise heads and tails
+    ("held", (3, 8, 100, 100), 2),                     # whole items in shared memory, one round
+    ("held:held_kb=4", (4, 8, 256, 256), 2),           # several rounds, the first held, slices repeating
+    ("held:held_kb=2", (1, 4, 300, 300), 1),           # one slice of many items: folded once, two grid barriers
+    ("held", (2, 6, 999, 1001), 3),                    # D odd: element-wise (VEC 1)
     ("auto", (16, 64, 512, 512), 8),
 ]
-# The cases --small runs (for compute-sanitizer): two small, two streamed, one forced-small streamed, the splits.
-SMALL_CASES = [0, 1, 4, 5, 8, 15, 16, 17, 18]
+# The cases --small runs (for compute-sanitizer): two small, two streamed, one forced-small streamed, the splits,
+# the held ones.
+SMALL_CASES = [0, 1, 4, 5, 8, 15, 16, 17, 18, 19, 20, 21, 22]
 
 
 def correctness(ops, small: bool) -> bool:
@@ -104,7 +109,7 @@ def correctness(ops, small: bool) -> bool:
     cases = [CASES[i] for i in SMALL_CASES] if small else CASES
     for plan, shape, G in cases:
         dtypes = [torch.float32] if small else [torch.float32, torch.bfloat16, torch.float16]
-        if plan.startswith(("small", "fused", "split", "resident", "auto")) and not small:
+        if plan.startswith(("small", "fused", "split", "held", "resident", "auto")) and not small:
             dtypes.append(torch.float64)
         for dtype in dtypes:
             ok &= check(ops, plan, shape, G, dtype)
@@ -132,6 +137,11 @@ TIMING_ROWS = {
     # close to it, and one of two rounds.
     "one-round": [((8, 64, 38555), 1, torch.float32), ((1, 32, 564, 606), 4, torch.float16),
                   ((4, 64, 27124), 1, torch.float16), ((4, 4, 1070, 1588), 4, torch.float16)],
+    # The suite's NCHW rows of few slices that neither of the above holds (the held plan's candidates), and the
+    # small ones where one cooperative launch might not pay.
+    "held": [((2, 320, 128, 128), 32, torch.float32), ((2, 640, 64, 64), 32, torch.float16),
+             ((1, 320, 64, 64), 32, torch.float16), ((2, 1280, 32, 32), 32, torch.float16),
+             ((1, 128, 1024, 1024), 32, torch.float16)],
     # Inputs the split plan takes, 14 MB to 512 MB (L2: 50 MB on the H100 and H200): its L2 hints against none.
     "split": [((4, 64, 27124), 1, torch.float16), ((1, 256, 256, 256), 32, torch.bfloat16),
               ((4, 4, 1070, 1588), 4, torch.float16), ((8, 64, 38555), 1, torch.float32),

@@ -13,6 +13,11 @@
 #              resident, the rule's choice, a streaming floor)
 #   plans      benchmarks/plan_check.py timings of the forward plans $PLAN_VARIANTS (default
 #              "auto;split;resident;fused") over $PLAN_ROWS (default "waves"); PLAN_COMPILE=1 adds torch.compile
+#   forced     pytest -m cuda of tests/test_cuda_forward.py -k forced_plan: every forward plan forced by name on its
+#              edge-case inputs, float64 references, poisoned outputs
+#   sanplans   compute-sanitizer memcheck over benchmarks/plan_check.py --small (every forced plan's small cases)
+#   werror     the C++ operators alone built with warnings as errors by this machine's host compiler (into a cache
+#              of their own; the CUDA build of the other steps is left as it is)
 #   planchecks benchmarks/plan_check.py's correctness cases (every plan forced, float64 references, poisoned
 #              outputs), then compute-sanitizer memcheck over its --small cases
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
@@ -76,6 +81,20 @@ for step in "$@"; do
             --variants "${PLAN_VARIANTS:-auto;split;resident;fused}" ${PLAN_COMPILE:+--compile} --out "$OUT" 2>&1 \
             | grep -v "^  timing" \
             | tail -n 40 ;;
+    forced)
+        timeout 200 "$PYTHON" -m pytest tests/test_cuda_forward.py -m cuda -k forced_plan -q -p no:cacheprovider \
+            --tb=short > "$OUT/pytest-forced-plans.txt" 2>&1
+        tail -n 15 "$OUT/pytest-forced-plans.txt" ;;
+    sanplans)
+        timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/plan_check.py --small \
+            --no-timing --out "$OUT/sanitized" > "$OUT/sanitizer-plans.txt" 2>&1
+        echo "compute-sanitizer exit (plan_check --small): $?" | tee -a "$OUT/sanitizer-plans.txt"
+        tail -n 8 "$OUT/sanitizer-plans.txt" ;;
+    werror)
+        GROUPNORM_INLINE_NO_CUDA=1 GROUPNORM_INLINE_WERROR=1 GROUPNORM_INLINE_CACHE_DIR=/tmp/gnc-werror-cpu \
+            timeout 300 "$PYTHON" -c "import groupnorm_inline" > "$OUT/build-werror-cpu.log" 2>&1
+        echo "C++ build with warnings as errors: exit $?"
+        tail -n 5 "$OUT/build-werror-cpu.log" ;;
     planchecks)
         timeout 300 "$PYTHON" benchmarks/plan_check.py --no-timing --out "$OUT/plan-checks" 2>&1 | grep -v "^ok " \
             | tail -n 20

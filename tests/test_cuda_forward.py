@@ -481,6 +481,13 @@ FORCED_PLAN_CASES = [
     ("fused", (2, 12, 8, 8), 3),                                # HW = 64: many channels per stride
     ("split:l2_keep_pct=0,pdl=0", (1, 4, 3000, 3000), 1),       # no L2 hints, plain launches
     ("split:l2_keep_pct=100", (2, 6, 999, 1001), 3),            # every item kept in L2; odd D: element-wise edges
+    ("held", (3, 8, 100, 100), 2),                              # every item whole in shared memory, one round
+    ("held", (3, 8, 24, 24), 2),                                # HW shorter than a thread's stride
+    ("held", (2, 8, 181, 141), 4),                              # HW odd: float vectors straddle channels
+    ("held", (2, 6, 999, 1001), 3),                             # D not a multiple of the vector: element-wise
+    ("held:held_kb=4", (4, 8, 256, 256), 2),                    # several rounds, the first ones held, slices repeat
+    ("held:held_kb=2", (1, 4, 300, 300), 1),                    # one slice of many items: folded once, two barriers
+    ("held:grid_finalize=1,l2_keep_pct=0,ctas_per_sm=1", (3, 8, 100, 100), 2),  # second barrier forced, no hints
 ]
 
 
@@ -518,6 +525,12 @@ def test_forced_plan_errors():
         load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "small")
     with pytest.raises(RuntimeError, match=r"l2_keep_pct must be in \[0, 100\], got 101"):
         load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "split:l2_keep_pct=101")
+    with pytest.raises(RuntimeError, match=r"l2_keep_pct must be in \[0, 100\], got -1"):
+        load().group_norm_forward_with_plan(x, 2, None, None, 1e-5, "held:l2_keep_pct=-1")
+    # 1 KB of shared memory per CTA would need far more than the held plan's 8 rounds of items for 32 MB
+    big = torch.rand(4, 8, 512, 512, device="cuda")
+    with pytest.raises(RuntimeError, match=r"plan 'held:held_kb=1' cannot take slices of 1048576 elements"):
+        load().group_norm_forward_with_plan(big, 2, None, None, 1e-5, "held:held_kb=1")
 
 
 def test_streamed_plan_takes_large_parts():

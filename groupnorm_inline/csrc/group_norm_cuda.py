@@ -41,6 +41,7 @@ from .channels_last_common_cuda import CL_TILING_CUDA
 from .common_cuda import COMMON_CUDA_HEADER
 from .group_norm_cpu import GROUP_NORM_FORWARD_SHARED
 from .group_norm_channels_last_cuda import CHANNELS_LAST_FORWARD_CUDA
+from .group_norm_held_cuda import HELD_FORWARD_CUDA
 from .group_norm_streamed_cuda import STREAMED_FORWARD_CUDA
 
 # Registers the CUDA kernels under GN_NAMESPACE (see group_norm_cpu.with_namespace).
@@ -882,7 +883,7 @@ void launch_streaming(const Pointers<T>& p, const Problem& pr, const at::TensorO
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-""" + STREAMED_FORWARD_CUDA + r"""
+""" + STREAMED_FORWARD_CUDA + HELD_FORWARD_CUDA + r"""
 // Picks the plan for one problem (see the module docstring) and launches it.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_two_read(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts, TwoReadMode mode,
@@ -945,9 +946,20 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
                 gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
     launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit, static_cast<int>(keep_pct),
                                          plan_option(plan, "pdl", 1) != 0);
+  } else if (name == "held") {
+    HeldOptions opt;
+    opt.ctas_per_sm = static_cast<int>(plan_option(plan, "ctas_per_sm", kHeldCtasPerSm));
+    const int64_t keep_pct = plan_option(plan, "l2_keep_pct", kSplitL2KeepPct);
+    TORCH_CHECK(keep_pct >= 0 && keep_pct <= 100,
+                gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
+    opt.l2_keep_pct = static_cast<int>(keep_pct);
+    const int64_t held_kb = plan_option(plan, "held_kb", -1);
+    opt.smem_cap = held_kb < 0 ? -1 : held_kb * 1024;
+    opt.grid_finalize = plan_option(plan, "grid_finalize", 0) != 0;
+    launched = try_launch_held<T, VEC, AFFINE, Epi>(p, pr, opts, opt);
   } else {
     TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,
-                                          "'; expected auto, small, resident, streamed, fused or split"));
+                                          "'; expected auto, small, resident, streamed, fused, split or held"));
   }
   TORCH_CHECK(launched, gn_inline_msg::cat("group_norm_forward_with_plan: plan '", plan, "' cannot take slices of ",
                                            pr.D, " elements (", pr.slices, " slices, vec ", VEC, ") on this device"));
