@@ -101,15 +101,18 @@ def test_sweep(shape, num_groups, dtype, params):
 
 
 def plan_kind(plan: str) -> tuple[str, bool]:
-    """("small" | "resident" | "fused" | "split", whether 16-byte vector accesses are used) of a plan line."""
+    """("small" | "resident" | "held" | "fused" | "split" | "streamed", whether 16-byte vector accesses are used) of
+    a plan line."""
     match = re.fullmatch(r"(\w+): .*vec (\d+)\)", plan)
     assert match, f"unexpected plan description {plan!r}"
     return match.group(1), int(match.group(2)) > 1
 
 
 def test_sweep_reaches_every_plan():
-    """The sweep (aligned inputs and the misaligned cases below) takes every launch plan except `fused` (which
-    needs ~17 GB, see test_fused_plan) both with 16-byte vectors and element-wise, so every kernel is checked."""
+    """The sweep (aligned inputs and the misaligned cases below) takes the small, resident and held plans both
+    with 16-byte vectors and element-wise, and the split plan with vectors (odd slice lengths), so every kernel of
+    the automatic choice is checked; `fused` needs ~17 GB (test_fused_plan) and every plan runs forced by name
+    in test_forced_plan_against_float64."""
     reached = set()
     for shape, num_groups in CUDA_SHAPES:
         for dtype in DTYPES:
@@ -118,7 +121,8 @@ def test_sweep_reaches_every_plan():
     for shape, num_groups in MISALIGNED_SHAPES:
         x = torch.empty(math.prod(shape) + 1, device="cuda")[1:].view(shape)
         reached.add(plan_kind(forward_plan(x, num_groups)))
-    wanted = {(kind, vectorised) for kind in ("small", "resident", "split") for vectorised in (True, False)}
+    wanted = {(kind, vectorised) for kind in ("small", "resident", "held") for vectorised in (True, False)}
+    wanted.add(("split", True))  # slices of odd length (vectors with element-wise edges); forced: below
     assert wanted <= reached, f"plans no case reaches: {sorted(wanted - reached)}"
 
 
@@ -398,24 +402,38 @@ def test_fused_plan():
     torch.cuda.empty_cache()
 
 
-def test_sixteen_cta_clusters_give_way_to_split_within_l2():
-    """The plan rule from the device's capacities: where the resident plan would need 16-CTA clusters (slices of
-    more than 8 x 64 KB) and the whole tensor fits 80% of L2, the split plan is taken (its second read comes
-    from L2); the same slices in a tensor beyond L2 stay resident; clusters of 8 stay resident within L2."""
+def _held_capacity_bytes() -> int:
+    """Shared memory of the whole GPU (what the held plan keeps on chip per round of items)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return props.multi_processor_count * props.shared_memory_per_multiprocessor
+
+
+def test_plan_rule_resident_held_resident():
+    """The plan rule from the device's capacities: slices whose clusters are all resident at once keep the
+    resident plan (one read, no grid barrier); the same slices in numbers that need more waves of clusters, and
+    16-CTA clusters of a tensor within L2, take the held plan while the tensor is at most ~4x the GPU's shared
+    memory; beyond that, more waves of the resident plan."""
     if not _is_hopper():
         pytest.skip("thread-block clusters of 16 need sm_90+")
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    slice_elems = 128 * 4096                                   # 1 MB of bf16: 16 x 64 KB parts
-    within = max(1, int(0.8 * l2) // (2 * slice_elems))         # slices that fit 80% of L2
+    smem = _held_capacity_bytes()
+    # 160 KB slices of fp16 (clusters of 4 CTAs of 40 KB): 8 slices fit one wave on any Hopper part.
+    one_wave = torch.empty(1, 8 * 10, 8192, device="cuda", dtype=torch.float16)
+    assert plan_kind(forward_plan(one_wave, 8))[0] == "resident", forward_plan(one_wave, 8)
+    # Slices of 1 MB (16-CTA clusters) within 80% of L2, and 512 KB ones (clusters of 8) in more than one wave.
+    slice_elems = 128 * 4096
+    within = max(1, int(0.8 * l2) // (2 * slice_elems))
     x = torch.randn(1, 4 * within, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
     plan = forward_plan(x, within)
-    assert plan_kind(plan)[0] == "split", plan
+    assert plan_kind(plan)[0] == "held", plan
     check_forward(x, within, *make_params(4 * within, "affine", torch.bfloat16, device="cuda"), what=plan)
-    beyond = 2 * within + 8                                     # past L2: one read beats two
-    x = torch.randn(1, 4 * beyond, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
+    waves = 4 * max(1, smem // (4 * slice_elems))               # ~smem bytes of 512 KB slices: several waves
+    x = torch.randn(1, 4 * waves, slice_elems // 8, device="cuda", dtype=torch.bfloat16)
+    assert plan_kind(forward_plan(x, waves))[0] == "held", forward_plan(x, waves)
+    # Past ~4x the shared memory (5x here): the resident plan in waves.
+    beyond = 5 * smem // (2 * slice_elems) + 1
+    x = torch.empty(1, 4 * beyond, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
     assert plan_kind(forward_plan(x, beyond))[0] == "resident", forward_plan(x, beyond)
-    x = torch.randn(1, 4 * within, slice_elems // 8, device="cuda", dtype=torch.bfloat16)  # clusters of 8
-    assert plan_kind(forward_plan(x, within))[0] == "resident", forward_plan(x, within)
 
 
 # -------------------------------------------------------------------------------- KernelBench #35, full size
@@ -537,15 +555,16 @@ def test_streamed_plan_takes_large_parts():
     """Slices of 8 MB in float32 and 4 MB in bfloat16 (the #35 kind, parts of 512 / 256 KB per CTA) take the
     one-read streamed plan on Hopper; parts under 256 KB that the resident plan cannot hold (3.5 MB slices),
     slices whose L2 tails would not fit half the L2 (32 MB slices), and slices too few for two per resident
-    cluster (one round of the persistent clusters), stay with a two-read plan."""
+    cluster (one round of the persistent clusters), stay with a plan that reads twice what it cannot hold (split,
+    fused, or held where the tensor is within ~4x the GPU's shared memory)."""
     if not _is_hopper():
         pytest.skip("sm_90+ only")
     x = torch.empty(16, 64, 512, 512, device="cuda")
     assert plan_kind(forward_plan(x, 8)) == ("streamed", True), forward_plan(x, 8)
     assert plan_kind(forward_plan(x.bfloat16(), 8))[0] == "streamed", forward_plan(x.bfloat16(), 8)
     small_parts = torch.empty(8, 8, 114688, device="cuda")  # 3.5 MB slices: 224 KB per CTA of 16
-    assert plan_kind(forward_plan(small_parts, 1))[0] in ("split", "fused"), forward_plan(small_parts, 1)
+    assert plan_kind(forward_plan(small_parts, 1))[0] in ("split", "fused", "held"), forward_plan(small_parts, 1)
     big_slices = torch.empty(2, 64, 1000, 1000, device="cuda")  # 32 MB slices: ~1.6 MB of L2 tail per CTA
     assert plan_kind(forward_plan(big_slices, 8))[0] in ("split", "fused"), forward_plan(big_slices, 8)
     one_round = torch.empty(8, 64, 38555, device="cuda")  # 8 slices of 9.9 MB, about one per resident cluster
-    assert plan_kind(forward_plan(one_round, 1))[0] in ("split", "fused"), forward_plan(one_round, 1)
+    assert plan_kind(forward_plan(one_round, 1))[0] in ("split", "fused", "held"), forward_plan(one_round, 1)

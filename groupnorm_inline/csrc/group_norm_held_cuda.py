@@ -30,7 +30,14 @@ HELD_FORWARD_CUDA = r"""
 // (inside namespace gn_inline, after the split plan's kernels and the host helpers of group_norm_cuda)
 
 constexpr int kHeldMaxRounds = 8;  // items per CTA at most (their constants are kept in shared memory)
-constexpr int kHeldCtasPerSm = 2;  // default CTAs per SM; each gets an equal share of the SM's shared memory
+// The automatic choice takes the plan up to 4 rounds (tensors up to ~4x the GPU's shared memory, ~118 MB on an
+// H100 or H200): on an H200 (benchmarks/plan_check.py --rows held,waves,split,one-round) it was 2-18% faster
+// than the automatic plan of the time from 14 to 79 MB (<= 3 rounds) and 1% slower at 134 MB (5 rounds), where
+// the held share is small and the per-item folds add up.
+constexpr int kHeldAutoMaxRounds = 4;
+// CTAs per SM, each with an equal share of the SM's shared memory: 3 and 4 measured alike and 1-8% faster
+// than 2 where the input exceeds shared memory (more loads in flight per SM); 1 was 10-25% slower everywhere.
+constexpr int kHeldCtasPerSm = 3;
 
 // One cooperative launch, kThreads threads per CTA, held_vecs * sizeof(Vec<T, VEC>) bytes of dynamic shared
 // memory. x, y: (slices, D) with D % VEC == 0 and 16-byte aligned bases; item = slice * splits + split covers
@@ -209,6 +216,7 @@ struct HeldOptions {
   int l2_keep_pct = kSplitL2KeepPct;  // share of the L2 kept (evict_last) for the items not held; 0: no hints
   int64_t smem_cap = -1;              // bytes of shared memory per CTA at most (tests: partial holds); -1: no cap
   bool grid_finalize = false;         // fold each slice once and wait a second time, whatever splits is (tests)
+  int max_rounds = kHeldMaxRounds;    // items per CTA at most (the automatic choice: kHeldAutoMaxRounds)
 };
 
 // The held plan's geometry for one problem on one device; ok false where the plan cannot take it.
@@ -251,7 +259,7 @@ HeldGeometry held_geometry(const Problem& pr, const HeldOptions& opt) {
   const int64_t bytes = pr.slices * pr.D * static_cast<int64_t>(sizeof(T));
   const int64_t held_bytes = std::max<int64_t>(1, held_vecs * vec_bytes);
   const int64_t rounds = ceil_div(bytes, resident * held_bytes);
-  if (rounds > kHeldMaxRounds) return g;
+  if (rounds > std::min(opt.max_rounds, kHeldMaxRounds)) return g;
   const int64_t quantum = 32 * VEC;
   int64_t splits = std::max<int64_t>(1, rounds * resident / pr.slices);
   g.chunk = ceil_div(ceil_div(pr.D, splits), quantum) * quantum;
@@ -259,7 +267,7 @@ HeldGeometry held_geometry(const Problem& pr, const HeldOptions& opt) {
   g.items = pr.slices * g.splits;
   g.grid = std::min(g.items, resident);
   g.rounds = ceil_div(g.items, g.grid);
-  if (g.rounds > kHeldMaxRounds || g.splits > 0x7fffffff) return g;
+  if (g.rounds > std::min(opt.max_rounds, kHeldMaxRounds) || g.splits > 0x7fffffff) return g;
   const int64_t item_bytes = g.chunk * static_cast<int64_t>(sizeof(T));
   const int64_t keep_items = std::min<int64_t>(g.items, dev.l2_bytes / 100 * opt.l2_keep_pct / item_bytes);
   g.l2_first = opt.l2_keep_pct > 0 ? g.items - keep_items : -1;
