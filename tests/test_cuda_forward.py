@@ -409,10 +409,10 @@ def _held_capacity_bytes() -> int:
 
 
 def test_plan_rule_resident_held_resident():
-    """The plan rule from the device's capacities: slices whose clusters are all resident at once keep the
-    resident plan (one read, no grid barrier); the same slices in numbers that need more waves of clusters, and
-    16-CTA clusters of a tensor within L2, take the held plan while the tensor is at most ~4x the GPU's shared
-    memory; beyond that, more waves of the resident plan."""
+    """The plan rule from the device's capacities: slices whose clusters are all resident at once, and slices
+    in clusters of 1-2 CTAs, keep the resident plan (one read, no grid barrier); slices in clusters of 4-16 CTAs
+    in numbers that need more waves, and 16-CTA clusters of a tensor within L2, take the held plan while the
+    tensor is at most ~4x the GPU's shared memory; beyond that, more waves of the resident plan."""
     if not _is_hopper():
         pytest.skip("thread-block clusters of 16 need sm_90+")
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -420,6 +420,9 @@ def test_plan_rule_resident_held_resident():
     # 160 KB slices of fp16 (clusters of 4 CTAs of 40 KB): 8 slices fit one wave on any Hopper part.
     one_wave = torch.empty(1, 8 * 10, 8192, device="cuda", dtype=torch.float16)
     assert plan_kind(forward_plan(one_wave, 8))[0] == "resident", forward_plan(one_wave, 8)
+    # 32 KB slices (one CTA each) in many waves: still resident.
+    small_slices = torch.empty(64, 512, 32, 32, device="cuda", dtype=torch.float16)
+    assert plan_kind(forward_plan(small_slices, 32))[0] == "resident", forward_plan(small_slices, 32)
     # Slices of 1 MB (16-CTA clusters) within 80% of L2, and 512 KB ones (clusters of 8) in more than one wave.
     slice_elems = 128 * 4096
     within = max(1, int(0.8 * l2) // (2 * slice_elems))

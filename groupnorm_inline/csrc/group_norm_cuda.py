@@ -6,8 +6,8 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
 
   small     D <= LANES * VEC * 4: a group of LANES (4..32) threads per slice holds it in registers,
             reduces with shuffles, writes. One HBM read. (e.g. (1024, 8192) G=256: 32 floats a slice)
-  resident  slice <= 16 x 200 KB on sm_90+ (<= 200 KB elsewhere), every slice's cluster resident at once: a
-            thread-block cluster of CS CTAs per slice; each CTA keeps its part in shared memory, partial
+  resident  slice <= 16 x 200 KB on sm_90+ (<= 200 KB elsewhere), every slice's cluster resident at once or
+            clusters of 1-2 CTAs (try_launch_resident's first_pass): a thread-block cluster of CS CTAs per slice; each CTA keeps its part in shared memory, partial
             sums are exchanged through distributed shared memory, then each CTA normalises its part from
             shared memory. One HBM read, no global synchronisation; parts of <= 64 KB when possible so 3
             CTAs share an SM and one CTA's loads overlap another's stores. A tensor within L2 that would
@@ -17,10 +17,10 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             shared memory (bulk async copies) and L2 across the exchange. One HBM read.
             (group_norm_streamed_cuda.py; #35 in every dtype)
   held      tensors up to ~4x the GPU's shared memory that neither of the above takes (few large slices,
-            or more clusters than one resident wave): one cooperative launch of the split plan's items,
+            or more clusters of 4-16 CTAs than one resident wave): one cooperative launch of the split plan's items,
             each CTA keeping the first ones it reads in shared memory and normalising them from there,
             the rest from L2 where it kept them. (group_norm_held_cuda.py)
-  resident  again, in several waves of clusters, for the tensors too large for the held plan.
+  resident  again, in several waves of clusters of 4-16 CTAs, for the tensors too large for the held plan.
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
   split     larger slices, too few to fill the GPU: `gn_stats_partial` (several CTAs per slice) ->
@@ -729,10 +729,14 @@ constexpr int64_t kResidentMaxBytes = 200 * 1024;
 // and 51.7 us, split 44.0 and 42.5 us (copy 26.7). Clusters of 2-8 keep the resident plan (it measured
 // 1-27% faster than split at every such row of benchmarks/plan_check.py --rows waves).
 constexpr double kSplitOverClusterOf16MaxTensorOfL2 = 0.8;
-// one_wave: only where every slice's cluster is resident at once (the automatic choice's first test; inputs
-// needing more waves of clusters take the held plan where it can take them).
+// first_pass (the automatic choice's first test): only where every slice's cluster is resident at once, or the
+// clusters are of 1-2 CTAs. Waves of small clusters overlap CTA by CTA (a finished CTA's SM takes the next one
+// at once); a cluster of 4-16 CTAs needs that many free SMs of one GPC at the same time, so its waves run in
+// coarse steps, and the held plan was faster there (H200, benchmarks/plan_check.py --rows held,waves: clusters
+// of 8 and 16 in 2-5 waves 10-27% slower than held, clusters of 4 from 6% faster to 11% slower). Inputs it
+// leaves take the held plan where it can take them, else this plan in waves.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic = false, bool one_wave = false) {
+bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic = false, bool first_pass = false) {
   const DeviceInfo& dev = device_info(pr.device);
   const int64_t bytes = pr.D * static_cast<int64_t>(sizeof(T));
   const int max_cluster = dev.major >= 9 ? 16 : 1;
@@ -751,7 +755,12 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic
 
   auto kernel = gn_resident<T, VEC, AFFINE, Epi>;
   const int active = max_active_clusters(reinterpret_cast<const void*>(kernel), pr.device, cluster, threads, smem);
-  if (active < 1 || (one_wave && pr.slices > active)) return false;
+  if (active < 1) return false;
+  // Clusters resident at once (for clusters of one CTA, the occupancy query's CTAs per SM times the SMs).
+  const int64_t at_once = cluster > 1 ? int64_t{active}
+                                      : int64_t{resident_ctas_per_sm(reinterpret_cast<const void*>(kernel), pr.device,
+                                                                     threads, smem)} * dev.sms;
+  if (first_pass && cluster > 2 && pr.slices > at_once) return false;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(pr.slices * cluster));
   config.blockDim = dim3(threads);
@@ -767,7 +776,7 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic
   if (pr.plan) {
     *pr.plan = "resident: cluster of " + std::to_string(cluster) + " CTAs per slice, " + std::to_string(threads) +
                " threads, " + std::to_string(smem / 1024) + " KB of the slice in each CTA's shared memory, " +
-               std::to_string(active) + " clusters resident at once (vec " + std::to_string(VEC) + ")";
+               std::to_string(at_once) + " clusters resident at once (vec " + std::to_string(VEC) + ")";
     return true;
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,
@@ -985,7 +994,7 @@ template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
   if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE, Epi>(p, pr, opts);
   if (try_launch_small<T, VEC, AFFINE, Epi>(p, pr)) return;
-  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true, /*one_wave=*/true)) return;
+  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true, /*first_pass=*/true)) return;
   if (try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, StreamedOptions{})) return;
   HeldOptions held;
   held.max_rounds = kHeldAutoMaxRounds;
