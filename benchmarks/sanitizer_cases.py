@@ -27,6 +27,7 @@ CASES = [  # (shape, groups, dtype, memory format)
     ((4, 32, 9, 9), 8, torch.float32, torch.contiguous_format),       # short path (HW < 1024)
     ((3, 5, 99, 97), 5, torch.float16, torch.contiguous_format),      # odd D: resident, vector body, edge elements
     ((1, 2, 301, 299), 1, torch.float16, torch.contiguous_format),    # D = 6 mod 8: a cluster of 8, edges per CTA
+    ((1, 8, 512, 512), 2, torch.bfloat16, torch.contiguous_format),   # 16-CTA clusters within L2: the held plan
     ((2, 32, 16, 16), 8, torch.float16, torch.channels_last),
     ((1, 16, 4, 8, 8), 4, torch.bfloat16, torch.channels_last_3d),
     ((3, 10, 7, 9), 5, torch.float32, torch.channels_last),           # block plan, scalar accesses (C % 4 != 0)
