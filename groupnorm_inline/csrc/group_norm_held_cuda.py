@@ -3,7 +3,7 @@
 The split plan (group_norm_cuda.py) reads x twice: partial sums of chunks, then the normalisation of the same
 chunks, the second read served by L2 where the first read's last chunks are still there. A tensor of more than
 about half the L2 (25 MB on an H100) pays most of that second read in HBM traffic. The GPU's shared memory is as
-large as half its L2 (132 SMs x 228 KB = 29 MB on an H100, 33 MB on an H200) and idle in that plan. This plan
+large as half its L2 (132 SMs x 228 KB = 29 MB on an H100 or H200) and idle in that plan. This plan
 runs the same items (item = slice * splits + split, `chunk` elements of one slice) as one cooperative launch in
 which every CTA stays resident and keeps the vectors it reads first in its shared memory:
 
@@ -19,10 +19,11 @@ which every CTA stays resident and keeps the vectors it reads first in its share
                 stores.
 
 Traffic: x read once plus what neither shared memory nor L2 kept; y written once. The host sizes the rounds so
-that each CTA's items together are about (tensor bytes / grid), at most kHeldMaxRounds times its shared memory,
-so the plan serves tensors up to ~8x the GPU's shared memory (~230 MB on an H100); larger ones keep the split
-plan, where the share held would be small. Slices must start at 16-byte boundaries (D a multiple of VEC): the
-unaligned launches keep the split plan. Numerics as the split plan: sums of (x - K), K the slice's first element,
+that each CTA's items together are about (tensor bytes / grid), at most kHeldMaxRounds times its shared memory
+when forced by name and kHeldAutoMaxRounds in the automatic choice (tensors up to ~4x the GPU's shared memory,
+~118 MB); larger ones take the resident plan in waves or the split plan, where the share held would be small.
+Items start at multiples of VEC from 16-byte aligned slices (D a multiple of VEC, or VEC = 1 element-wise); the
+launches of unaligned slices with vector bodies (AlignedSplit) keep their resident / two-read path. Numerics as the split plan: sums of (x - K), K the slice's first element,
 in float per unrolled batch, folded into double, combined in double in a fixed order (no atomics).
 """
 
@@ -31,7 +32,7 @@ HELD_FORWARD_CUDA = r"""
 
 constexpr int kHeldMaxRounds = 8;  // items per CTA at most (their constants are kept in shared memory)
 // The automatic choice takes the plan up to 4 rounds (tensors up to ~4x the GPU's shared memory, ~118 MB on an
-// H100 or H200): on an H200 (benchmarks/plan_check.py --rows held,waves,split,one-round) it was 2-18% faster
+// H100 or H200): on an H200 (benchmarks/plan_check.py --rows held,waves,split,one-round) it was 2-19% faster
 // than the automatic plan of the time from 14 to 79 MB (<= 3 rounds) and 1% slower at 134 MB (5 rounds), where
 // the held share is small and the per-item folds add up.
 constexpr int kHeldAutoMaxRounds = 4;
