@@ -7,9 +7,9 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
   small     D <= LANES * VEC * 4: a group of LANES (4..32) threads per slice holds it in registers,
             reduces with shuffles, writes. One HBM read. (e.g. (1024, 8192) G=256: 32 floats a slice)
   resident  slice <= 16 x 200 KB on sm_90+ (<= 200 KB elsewhere), every slice's cluster resident at once or
-            clusters of 1-2 CTAs (try_launch_resident's first_pass): a thread-block cluster of CS CTAs per slice; each CTA keeps its part in shared memory, partial
-            sums are exchanged through distributed shared memory, then each CTA normalises its part from
-            shared memory. One HBM read, no global synchronisation; parts of <= 64 KB when possible so 3
+            clusters of 1-2 CTAs (try_launch_resident's first_pass): a thread-block cluster of CS CTAs per
+            slice; each CTA keeps its part in shared memory, partial sums are exchanged through distributed
+            shared memory, then each CTA normalises its part from shared memory. One HBM read, no global synchronisation; parts of <= 64 KB when possible so 3
             CTAs share an SM and one CTA's loads overlap another's stores. A tensor within L2 that would
             need 16-CTA clusters does not take it (kSplitOverClusterOf16MaxTensorOfL2).
   streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2,
@@ -17,9 +17,9 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             shared memory (bulk async copies) and L2 across the exchange. One HBM read.
             (group_norm_streamed_cuda.py; #35 in every dtype)
   held      tensors up to ~4x the GPU's shared memory that neither of the above takes (few large slices,
-            or more clusters of 4-16 CTAs than one resident wave): one cooperative launch of the split plan's items,
-            each CTA keeping the first ones it reads in shared memory and normalising them from there,
-            the rest from L2 where it kept them. (group_norm_held_cuda.py)
+            or more clusters of 4-16 CTAs than one resident wave): one cooperative launch of the split
+            plan's items, each CTA keeping the first ones it reads in shared memory and normalising them
+            from there, the rest from L2 where it kept them. (group_norm_held_cuda.py)
   resident  again, in several waves of clusters of 4-16 CTAs, for the tensors too large for the held plan.
   fused     larger slices, enough of them to fill the GPU: one CTA per slice reduces, then normalises
             with a second read of the slice.
@@ -733,7 +733,7 @@ constexpr double kSplitOverClusterOf16MaxTensorOfL2 = 0.8;
 // clusters are of 1-2 CTAs. Waves of small clusters overlap CTA by CTA (a finished CTA's SM takes the next one
 // at once); a cluster of 4-16 CTAs needs that many free SMs of one GPC at the same time, so its waves run in
 // coarse steps, and the held plan was faster there (H200, benchmarks/plan_check.py --rows held,waves: clusters
-// of 8 and 16 in 2-5 waves 10-27% slower than held, clusters of 4 from 6% faster to 11% slower). Inputs it
+// of 8 and 16 in 2-5 waves 3-27% slower than held, clusters of 4 from 5% faster to 12% slower). Inputs it
 // leaves take the held plan where it can take them, else this plan in waves.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic = false, bool first_pass = false) {
