@@ -936,6 +936,14 @@ inline int64_t plan_option(const std::string& plan, const std::string& key, int6
   return fallback;
 }
 
+// The split and held plans' `l2_keep_pct` option: the share of the L2 their last items are kept in, 0 to 100.
+inline int l2_keep_pct_option(const std::string& plan) {
+  const int64_t keep_pct = plan_option(plan, "l2_keep_pct", kSplitL2KeepPct);
+  TORCH_CHECK(keep_pct >= 0 && keep_pct <= 100,
+              gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
+  return static_cast<int>(keep_pct);
+}
+
 // A plan asked for by name (tests and benchmarks): launches it, or fails saying why it cannot.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
@@ -957,21 +965,16 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
   } else if (name == "fused") {
     launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kFused);
   } else if (name == "split") {
-    const int64_t keep_pct = plan_option(plan, "l2_keep_pct", kSplitL2KeepPct);
-    TORCH_CHECK(keep_pct >= 0 && keep_pct <= 100,
-                gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
-    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit, static_cast<int>(keep_pct),
+    launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kSplit, l2_keep_pct_option(plan),
                                          plan_option(plan, "pdl", 1) != 0);
   } else if (name == "held") {
     HeldOptions opt;
     opt.ctas_per_sm = static_cast<int>(plan_option(plan, "ctas_per_sm", kHeldCtasPerSm));
-    const int64_t keep_pct = plan_option(plan, "l2_keep_pct", kSplitL2KeepPct);
-    TORCH_CHECK(keep_pct >= 0 && keep_pct <= 100,
-                gn_inline_msg::cat("group_norm_forward_with_plan: l2_keep_pct must be in [0, 100], got ", keep_pct));
-    opt.l2_keep_pct = static_cast<int>(keep_pct);
+    opt.l2_keep_pct = l2_keep_pct_option(plan);
     const int64_t held_kb = plan_option(plan, "held_kb", -1);
     opt.smem_cap = held_kb < 0 ? -1 : held_kb * 1024;
     opt.grid_finalize = plan_option(plan, "grid_finalize", 0) != 0;
+    opt.bulk = plan_option(plan, "bulk", 1) != 0;
     launched = try_launch_held<T, VEC, AFFINE, Epi>(p, pr, opts, opt);
   } else {
     TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,
