@@ -175,15 +175,6 @@ def test_forward_plan_names_every_path(monkeypatch):
     held, three = forward_plan(small, 32), forward_plan(many, 4)
     assert held.startswith("channels_last fused (one cooperative launch, tiles held"), held
     assert three.startswith("channels_last (three launches)"), three
-    # Held rows arrive by bulk copies on sm_90 and newer where a tile spans every channel, unless turned off.
-    bulk = torch.cuda.get_device_capability(small.device)[0] >= 9
-    assert ("held rows by bulk copies" in held) == bulk, held
-    assert ("held rows by bulk copies" in partial) == bulk, partial
-    monkeypatch.setenv(BULK_ENV, "0")
-    assert "bulk" not in forward_plan(small, 32), forward_plan(small, 32)
-    monkeypatch.delenv(BULK_ENV)
-    wide = _input((1, 4096, 3, 5), torch.float32)  # 1024 vectors: 4 channel tiles, so the rows are not one run
-    assert "bulk" not in forward_plan(wide, 1), forward_plan(wide, 1)
     monkeypatch.setenv(PLAN_ENV, "three")
     assert forward_plan(small, 32).startswith("channels_last (three launches)"), forward_plan(small, 32)
 
@@ -193,9 +184,6 @@ def test_forward_plan_names_every_path(monkeypatch):
 # most half of each thread's rows, the rest read again), `three` forces the three launches. SHAPES by default
 # take the block plan wherever their tiles fit a CTA; these runs keep the other paths checked on the same inputs.
 PLAN_ENV = "GROUPNORM_INLINE_CL_FORWARD_PLAN"
-# GROUPNORM_INLINE_CL_BULK=0 (read on every call): the held rows are loaded through registers and stored to shared
-# memory, the path of devices before sm_90 and of tiles narrower than C, instead of arriving by bulk copies.
-BULK_ENV = "GROUPNORM_INLINE_CL_BULK"
 
 
 @pytest.mark.parametrize("plan", ["fused", "partial", "three"])
@@ -207,19 +195,6 @@ def test_forward_other_plans(shape, groups, dtype, name, params, module, plan, m
     x = _input(shape, dtype)
     w, b = _params(shape[1], dtype, True)
     _check_forward(x, groups, w, b, name, params, module, f"{plan} {shape} G={groups} {dtype} {name}")
-
-
-@pytest.mark.parametrize("plan", ["fused", "partial"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
-def test_forward_held_rows_through_registers(shape, groups, dtype, plan, monkeypatch):
-    """The single launch's held rows loaded through registers (bulk copies off): the other plans' tests take
-    the bulk copies wherever the device has them."""
-    monkeypatch.setenv(PLAN_ENV, plan)
-    monkeypatch.setenv(BULK_ENV, "0")
-    x = _input(shape, dtype)
-    w, b = _params(shape[1], dtype, True)
-    _check_forward(x, groups, w, b, "silu", None, nn.SiLU(), f"{plan} registers {shape} G={groups} {dtype}")
 
 
 # Block-plan edges: one vector column and 128 rows per thread column (HW = 1024), tiles whose vectors span several
@@ -281,13 +256,10 @@ def test_forward_block_plan_clusters(shape, groups, dtype):
     _check_plan_on(x, groups, plan)
 
 
-@pytest.mark.parametrize("hold", ["1", "registers", "0"], ids=["partly-held", "partly-held-registers", "reread"])
+@pytest.mark.parametrize("hold", ["1", "0"], ids=["partly-held", "reread"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_forward_large_input_reread_from_l2(dtype, hold, monkeypatch):
     from groupnorm_inline.functional import forward_plan
-    if hold == "registers":
-        monkeypatch.setenv(BULK_ENV, "0")
-        hold = "1"
     monkeypatch.setenv(HOLD_ENV, hold)
     x = _input(LARGE[0], dtype)
     plan = forward_plan(x, LARGE[1])

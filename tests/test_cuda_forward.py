@@ -429,7 +429,6 @@ def test_plan_rule_resident_held_resident():
     x = torch.randn(1, 4 * within, slice_elems // 4, device="cuda", dtype=torch.bfloat16)
     plan = forward_plan(x, within)
     assert plan_kind(plan)[0] == "held", plan
-    assert "held vectors by bulk copies" in plan, plan  # 16-byte vectors on sm_90
     check_forward(x, within, *make_params(4 * within, "affine", torch.bfloat16, device="cuda"), what=plan)
     waves = 4 * max(1, smem // (4 * slice_elems))               # ~smem bytes of 512 KB slices: several waves
     x = torch.randn(1, 4 * waves, slice_elems // 8, device="cuda", dtype=torch.bfloat16)
@@ -510,12 +509,6 @@ FORCED_PLAN_CASES = [
     ("held:held_kb=4", (4, 8, 256, 256), 2),                    # several rounds, the first ones held, slices repeat
     ("held:held_kb=2", (1, 4, 300, 300), 1),                    # one slice of many items: folded once, two barriers
     ("held:grid_finalize=1,l2_keep_pct=0,ctas_per_sm=1", (3, 8, 100, 100), 2),  # second barrier forced, no hints
-    # Held vectors by bulk copies (sm_90, 16-byte vectors; the cases above too): items of several pieces, and
-    # pieces over two rounds, the second round partly held; then the register path the older devices take.
-    ("held:ctas_per_sm=1,held_kb=100", (1, 2, 1024, 1024), 2),
-    ("held:ctas_per_sm=1,held_kb=40", (1, 2, 1024, 1024), 2),
-    ("held:bulk=0", (3, 8, 100, 100), 2),
-    ("held:held_kb=4,bulk=0", (4, 8, 256, 256), 2),
 ]
 
 

@@ -35,13 +35,6 @@ L2 to keep less of x (of a 64 MB input L2 served ~15 MB of the second read on an
 62.2 us at (1, 128, 512, 512) fp16 on an H200, 40.5 -> 35.3 at (8, 320, 64, 64) fp32 (README, "Large
 channels-last inputs").
 
-Held rows by bulk copies (sm_90 and newer, 16-byte vectors, one channel tile): a tile's rows are then one run of
-x, and the rows its threads hold are that run's first bytes in the held layout, so thread 0 requests them with
-a few cp.async.bulk copies (pieces counted on mbarriers) as the kernel starts and the statistics read them from
-shared memory as they land. Every byte the GPU holds is in flight at once, where register loads keep kUnroll
-vectors per thread in flight (issue_held_copies; GROUPNORM_INLINE_CL_BULK=0 turns it off, for tests and
-benchmarks).
-
 Loads in flight: a two-pass stream of 64 MB on an H100 takes 1.47x a copy with 2 CTAs of 256 threads per SM,
 1.37x with 3, 1.36x with 4, 1.27x with 8 (4 16-byte loads per thread in flight; benchmarks/micro/stream_depth.cu).
 The single launch's registers are the most any of its steps needs plus what the compiler keeps live across the
@@ -82,50 +75,6 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
   return ((g + 1) * cpg < tile_c1 ? (g + 1) * cpg : tile_c1) - tile_c0;
 }
 
-// ---- Bulk copies of the held rows (cl_fused on sm_90 and newer) ----
-// Where a tile spans every channel (one channel tile), its rows are one contiguous run of x, and the rows each
-// thread holds (its steps 0 .. held_steps - 1) are, in shared memory, exactly that run's first bytes: thread
-// (r0, col)'s step j is vector (j * rows + r0) * tc + col = j * blockDim.x + threadIdx.x of the run. So one
-// thread requests them all with a few bulk copies at the start of the kernel (cp.async.bulk, each piece counted
-// on an mbarrier), and every byte the CTA holds is in flight at once: up to the SM's whole shared memory, where
-// register loads keep kUnroll vectors per thread in flight (~30 KB per SM at two CTAs of 240 threads). The
-// statistics then read the pieces from shared memory as they land.
-constexpr int kBulkPieces = 8;  // mbarriers per CTA: the first piece's sums start after 1/8 of the held bytes
-
-__device__ __forceinline__ void wait_piece(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  mbarrier_wait_parity(bar, 0u);  // each barrier completes one phase per launch
-#endif
-}
-
-// Thread 0 of the CTA: initialises the barriers of tile p's pieces and requests them; the caller's block barrier
-// then publishes the initialised barriers to the other threads. x: (N, HW, C), t.c_tiles == 1, 16-byte vectors.
-// Returns false (nothing requested) on devices without bulk copies.
-template <typename T, int VEC>
-__device__ __forceinline__ bool issue_held_copies(const T* __restrict__ x, const Tiling& t, const Tile& p,
-                                                  Vec<T, VEC>* held, int64_t held_steps, int64_t piece_steps,
-                                                  uint64_t* bars) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t tile_rows = p.row1 - p.row0;
-  const int64_t held_rows = held_steps * t.rows < tile_rows ? held_steps * t.rows : tile_rows;
-  const int64_t piece_rows = piece_steps * t.rows;
-  const int pieces = static_cast<int>((held_rows + piece_rows - 1) / piece_rows);  // <= kBulkPieces (host)
-  for (int k = 0; k < pieces; ++k) mbarrier_init(&bars[k], 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  const uint64_t policy = l2_policy_evict_first();  // held: never read from global memory again
-  const T* src = x + (p.n * t.HW + p.row0) * t.C;
-  for (int k = 0; k < pieces; ++k) {
-    const int64_t r0 = k * piece_rows, r1 = r0 + piece_rows < held_rows ? r0 + piece_rows : held_rows;
-    const uint32_t bytes = static_cast<uint32_t>((r1 - r0) * t.C * static_cast<int64_t>(sizeof(T)));
-    mbarrier_expect_bytes(&bars[k], bytes);
-    bulk_copy_to_smem(reinterpret_cast<T*>(held) + r0 * t.C, src + r0 * t.C, bytes, &bars[k], policy);
-  }
-  return true;
-#else
-  return false;
-#endif
-}
-
 // Step 1. x: (N, HW, C); partial: (ctas, slots, 2) doubles, slot = group - first group of the CTA's channel
 // tile. Dynamic shared memory: stats_smem(t).
 // The CTA's work on tile `cta`; every thread of the CTA calls it (it has block barriers). red: the dynamic
@@ -134,14 +83,10 @@ __device__ __forceinline__ bool issue_held_copies(const T* __restrict__ x, const
 // held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to normalise without reading them
 // again (all of them when the tile fits, else the first ones: the rest, read last, are the likeliest to be still
 // in L2).
-// BULK (piece_steps > 0): the held rows were requested by bulk copies at the start of the kernel (cl_fused,
-// issue_held_copies), piece p = the thread steps [p * piece_steps, (p + 1) * piece_steps) counted on bars[p]; the
-// thread reads them from shared memory once their piece has landed instead of loading and storing them.
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
-                                           Vec<T, VEC>* held = nullptr, int64_t held_steps = 0,
-                                           int64_t piece_steps = 0, uint64_t* bars = nullptr) {
+                                           Vec<T, VEC>* held = nullptr, int64_t held_steps = 0) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -163,20 +108,12 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
     int j = 0;  // this thread's row step within the tile
     for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, ptr += kUnroll * step, j += kUnroll) {
       Vec<T, VEC> v[kUnroll];
-      if constexpr (HOLD) {
-        // piece_steps is a multiple of kUnroll and j of kUnroll: the batch's held rows are in one piece.
-        if (piece_steps > 0 && j < held_steps) wait_piece(&bars[j / piece_steps]);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (piece_steps > 0 && j + u < held_steps) v[u] = held[(j + u) * blockDim.x + threadIdx.x];
-          else v[u] = load_vec<T, VEC>(ptr + u * step);
-        }
+      for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
+      if constexpr (HOLD) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (piece_steps == 0 && j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
-      } else {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
+          if (j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
       }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -193,22 +130,13 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
     }
     if (r < p.row1) {  // fewer than kUnroll rows left: one batch of guarded loads, not a chain of single ones
       Vec<T, VEC> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (r + u * t.rows < p.row1) v[u] = load_vec<T, VEC>(ptr + u * step);
       if constexpr (HOLD) {
-        if (piece_steps > 0 && j < held_steps) wait_piece(&bars[j / piece_steps]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (r + u * t.rows >= p.row1) continue;
-          if (piece_steps > 0 && j + u < held_steps) v[u] = held[(j + u) * blockDim.x + threadIdx.x];
-          else v[u] = load_vec<T, VEC>(ptr + u * step);
-        }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (r + u * t.rows < p.row1 && piece_steps == 0 && j + u < held_steps)
-            held[(j + u) * blockDim.x + threadIdx.x] = v[u];
-      } else {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (r + u * t.rows < p.row1) v[u] = load_vec<T, VEC>(ptr + u * step);
+          if (r + u * t.rows < p.row1 && j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
       }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -463,24 +391,13 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                                                              typename Compute<T>::type* __restrict__ mean_out,
                                                              typename Compute<T>::type* __restrict__ rstd_out,
                                                              Tiling t, int64_t G, int64_t cpg, int slots, double eps,
-                                                             int lanes, int64_t held_steps,
-                                                             int64_t piece_steps, Epi epi) {
+                                                             int lanes, int64_t held_steps, Epi epi) {
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
   double* red = reinterpret_cast<double*>(cl_fused_smem);  // stats_tile's planes, then the held rows (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + 2 * VEC * gn_cl::sums_plane(t.rows, t.tc));
-  __shared__ uint64_t bars[kBulkPieces];
-  if constexpr (HOLD) {
-    if (piece_steps > 0) {  // block-uniform
-      __shared__ bool issued;
-      if (threadIdx.x == 0)
-        issued = issue_held_copies<T, VEC>(x, t, gn_cl::tile_of(t, blockIdx.x), held, held_steps, piece_steps, bars);
-      __syncthreads();
-      if (!issued) piece_steps = 0;
-    }
-  }
-  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps, piece_steps, bars);
+  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
   grid.sync();
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
   if (warp < warps)
@@ -539,7 +456,6 @@ struct FusedPlan {
   Tiling t;
   size_t smem = 0;
   int64_t held_steps = 0;  // rows per thread kept in shared memory (cl_fused<HOLD>), from the first
-  int64_t piece_steps = 0;  // > 0: the held rows arrive by bulk copies, in pieces of this many steps
 };
 
 // Row steps of a thread in a tile (every thread of a full tile has this many).
@@ -555,24 +471,6 @@ inline size_t held_smem(const Tiling& t, size_t vec_bytes, int64_t steps) {
 inline bool partial_hold_enabled() {
   const char* v = std::getenv("GROUPNORM_INLINE_CL_PARTIAL_HOLD");
   return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// GROUPNORM_INLINE_CL_BULK=0 (read per call): the held rows are loaded into registers and stored to shared memory
-// instead of arriving by bulk copies (for tests of that path and benchmarks).
-inline bool bulk_copies_enabled() {
-  const char* v = std::getenv("GROUPNORM_INLINE_CL_BULK");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// Bulk copies of the held rows (issue_held_copies) need one channel tile (a tile's rows are one run of x),
-// 16-byte vectors (whole, aligned rows) and an sm_90 device; pieces of whole kUnroll batches of steps.
-template <typename T, int VEC>
-void plan_bulk_copies(FusedPlan& plan, const DeviceInfo& dev) {
-  if (plan.held_steps < 1 || plan.t.c_tiles != 1 || sizeof(Vec<T, VEC>) != 16 || dev.major < 9 ||
-      !bulk_copies_enabled())
-    return;
-  const int64_t per_piece = (plan.held_steps + kBulkPieces - 1) / kBulkPieces;
-  plan.piece_steps = (per_piece + kUnroll - 1) / kUnroll * kUnroll;
 }
 
 // The grid is at most kStatsCtasPerSm CTAs per SM and never more than are resident at once (cooperative launch).
@@ -604,7 +502,6 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_pa
       plan.t = t;
       plan.smem = smem;
       plan.held_steps = tile_steps(t);
-      plan_bulk_copies<T, VEC>(plan, dev);
       return plan;
     }
   }
@@ -640,7 +537,6 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_pa
     plan.t = tp;
     plan.smem = smem;
     plan.held_steps = held;
-    plan_bulk_copies<T, VEC>(plan, dev);
     return plan;
   }
   return plan;
@@ -991,12 +887,11 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     if (fp.kind == FusedKind::kHeld || fp.kind == FusedKind::kPartial)
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), fp.held_steps, fp.piece_steps,
-                                        make_epilogue<Epi>(act)));
+                                        finalize_lanes(t), fp.held_steps, make_epilogue<Epi>(act)));
     else
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), int64_t{0}, int64_t{0}, make_epilogue<Epi>(act)));
+                                        finalize_lanes(t), int64_t{0}, make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
@@ -1073,11 +968,10 @@ std::string describe(const at::Tensor& input, int64_t G) {
                          ? "channels_last fused (one cooperative launch, tiles partly held in shared memory): "
                      : fp.kind == FusedKind::kL2 ? "channels_last fused (one cooperative launch): "
                                                  : "channels_last (three launches): ";
-  std::string held = fp.kind == FusedKind::kPartial
-                         ? std::to_string(fp.held_steps) + " of " + std::to_string(tile_steps(t)) +
-                               " rows per thread held in shared memory, "
-                         : std::string();
-  if (fp.piece_steps > 0) held += "held rows by bulk copies, ";
+  const std::string held = fp.kind == FusedKind::kPartial
+                               ? std::to_string(fp.held_steps) + " of " + std::to_string(tile_steps(t)) +
+                                     " rows per thread held in shared memory, "
+                               : std::string();
   return std::string(kind) + held +
          "statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
          " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +

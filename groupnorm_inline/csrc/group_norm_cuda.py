@@ -974,7 +974,6 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
     const int64_t held_kb = plan_option(plan, "held_kb", -1);
     opt.smem_cap = held_kb < 0 ? -1 : held_kb * 1024;
     opt.grid_finalize = plan_option(plan, "grid_finalize", 0) != 0;
-    opt.bulk = plan_option(plan, "bulk", 1) != 0;
     launched = try_launch_held<T, VEC, AFFINE, Epi>(p, pr, opts, opt);
   } else {
     TORCH_CHECK(false, gn_inline_msg::cat("group_norm_forward_with_plan: unknown plan '", plan,

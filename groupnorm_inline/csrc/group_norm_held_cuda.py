@@ -11,9 +11,6 @@ which every CTA stays resident and keeps the vectors it reads first in its share
                 into partial (items, 2) doubles; the first `held_vecs` vectors of the CTA's walk are also kept
                 in shared memory (read with an L2 evict_first hint: never needed from L2 again), the rest of
                 the last items with evict_last (the normalisation reads them first), the others evict_first.
-                On sm_90 with 16-byte vectors the held vectors arrive by bulk copies that thread 0 requests
-                as the kernel starts (issue_held_runs), so all of them are in flight at once; the threads sum
-                them from shared memory as their pieces land (forced option bulk=0: through registers).
   -- one grid-wide barrier --
   2 constants   each CTA folds the partial sums of its own items' slices (splits <= threads: one load per
                 thread and slice, no second barrier); a few slices of many items each (splits > threads) are
@@ -49,61 +46,13 @@ constexpr int kHeldCtasPerSm = 3;
 // per_cta_fold: each CTA folds its own slices' partial sums (needs splits <= blockDim.x), else a CTA per slice
 // folds it once into norm (slices,) and the grid waits a second time. l2_first: items from it on are read
 // evict_last (unless held); < 0: no hints on items not held.
-// Bulk copies of the held vectors (sm_90 and newer, 16-byte vectors): the held part of round r's item is one run
-// of x, [begin, begin + held_r) with held_r = clamp(held_vecs - r * chunk_vecs, 0, the item's vectors), and sits at
-// held[r * chunk_vecs ..] in shared memory, the order in which the threads' loads would have stored it. Thread 0
-// requests every round's held run at the start of the kernel, in pieces of piece_vecs vectors (a multiple of
-// kUnroll * kThreads, so that a thread's batch of kUnroll vectors lies in one piece), piece k of round r counted
-// on bars[r * kHeldPieces + k]: all the bytes the CTA holds are in flight at once (register loads keep kUnroll
-// vectors per thread in flight, ~48 KB per SM at 3 CTAs of 256 threads).
-constexpr int kHeldPieces = 4;  // mbarriers per round
-
-template <typename T, int VEC>
-__device__ __forceinline__ bool issue_held_runs(const T* __restrict__ x, Vec<T, VEC>* held, int64_t splits,
-                                                int D, int chunk, int held_vecs, int rounds, int piece_vecs,
-                                                uint64_t* bars) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int chunk_vecs = chunk / VEC;
-  const int64_t ctas = gridDim.x;
-  auto held_of = [&](int r, int64_t& item_begin) {  // vectors held of round r's item, and where the item starts
-    const int64_t item = blockIdx.x + r * ctas, slice = item / splits;
-    const int begin = static_cast<int>(item - slice * splits) * chunk;
-    const int len = (begin + chunk < D ? chunk : D - begin) / VEC;
-    item_begin = slice * D + begin;
-    const int room = held_vecs - r * chunk_vecs;
-    return room <= 0 ? 0 : (room < len ? room : len);
-  };
-  for (int r = 0; r < rounds; ++r) {
-    int64_t at;
-    const int pieces = (held_of(r, at) + piece_vecs - 1) / piece_vecs;  // <= kHeldPieces (host)
-    for (int k = 0; k < pieces; ++k) mbarrier_init(&bars[r * kHeldPieces + k], 1);
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  const uint64_t policy = l2_policy_evict_first();  // held: never read from global memory again
-  for (int r = 0; r < rounds; ++r) {
-    int64_t at;
-    const int n = held_of(r, at);
-    for (int k = 0; k * piece_vecs < n; ++k) {
-      const int v0 = k * piece_vecs, v1 = v0 + piece_vecs < n ? v0 + piece_vecs : n;
-      const uint32_t bytes = static_cast<uint32_t>(v1 - v0) * sizeof(Vec<T, VEC>);
-      mbarrier_expect_bytes(&bars[r * kHeldPieces + k], bytes);
-      bulk_copy_to_smem(held + r * chunk_vecs + v0, x + at + static_cast<int64_t>(v0) * VEC, bytes,
-                        &bars[r * kHeldPieces + k], policy);
-    }
-  }
-  return true;
-#else
-  return false;
-#endif
-}
-
 template <typename T, int VEC, bool AFFINE, typename Epi>
 __global__ void __launch_bounds__(kThreads) gn_held(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> b,
     typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
     double* __restrict__ partial, SliceNorm<typename Compute<T>::type>* __restrict__ norm, int64_t slices,
     int splits, int64_t G, int64_t cpg, int HW, int D, int chunk, int held_vecs, int64_t l2_first, double eps,
-    bool per_cta_fold, int piece_vecs, Epi epi) {
+    bool per_cta_fold, Epi epi) {
   using C = typename Compute<T>::type;
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char gn_held_smem[];
@@ -118,13 +67,6 @@ __global__ void __launch_bounds__(kThreads) gn_held(
   const uint64_t first = l2_policy_evict_first(), last = l2_policy_evict_last(), normal = l2_policy_evict_normal();
   // The item of round r, and its slice: every thread of the CTA computes the same (block-uniform).
   auto item_of = [&](int r) { return static_cast<int64_t>(blockIdx.x) + r * ctas; };
-  __shared__ uint64_t bars[kHeldMaxRounds * kHeldPieces];
-  if (piece_vecs > 0) {  // block-uniform; 0: the held vectors are loaded and stored by the threads below
-    __shared__ bool issued;
-    if (tid == 0) issued = issue_held_runs<T, VEC>(x, held, splits, D, chunk, held_vecs, rounds, piece_vecs, bars);
-    __syncthreads();
-    if (!issued) piece_vecs = 0;
-  }
 
   // 1. Statistics. Vector k of this thread in round r (element begin + (tid + k * threads) * VEC of the item)
   // has held index r * chunk_vecs + tid + k * threads; it stays in shared memory while that is < held_vecs.
@@ -137,27 +79,14 @@ __global__ void __launch_bounds__(kThreads) gn_held(
     const uint64_t rest = l2_first < 0 ? normal : (item >= l2_first ? last : first);
     double s = 0, ss = 0;
     int j = begin + tid * VEC, h = r * chunk_vecs + tid;
-    // Bulk copies: wait for the piece of this batch's held vectors (h - tid - r * chunk_vecs: the batch's first
-    // vector within the item) before reading them from shared memory.
-    auto wait_held = [&]() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (piece_vecs > 0 && h < held_vecs)
-        mbarrier_wait_parity(&bars[r * kHeldPieces + (h - tid - r * chunk_vecs) / piece_vecs], 0u);
-#endif
-    };
-    auto load = [&](int u) {
-      const int hu = h + u * threads;
-      if (piece_vecs > 0 && hu < held_vecs) return held[hu];
-      return load_vec_hinted<T, VEC, true>(xs + j + u * stride, hu < held_vecs ? first : rest);
-    };
     for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride, h += kUnroll * threads) {
       Vec<T, VEC> v[kUnroll];
-      wait_held();
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = load(u);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (piece_vecs == 0 && h + u * threads < held_vecs) held[h + u * threads] = v[u];
+        v[u] = load_vec_hinted<T, VEC, true>(xs + j + u * stride, h + u * threads < held_vecs ? first : rest);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (h + u * threads < held_vecs) held[h + u * threads] = v[u];
       C ls = 0, lss = 0;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) add_shifted<T, VEC>(v[u], K, ls, lss);
@@ -166,15 +95,15 @@ __global__ void __launch_bounds__(kThreads) gn_held(
     }
     if (j < end) {  // fewer than kUnroll strides left: one batch of guarded loads
       Vec<T, VEC> v[kUnroll];
-      wait_held();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end) v[u] = load(u);
+        if (j + u * stride < end)
+          v[u] = load_vec_hinted<T, VEC, true>(xs + j + u * stride, h + u * threads < held_vecs ? first : rest);
       C ls = 0, lss = 0;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (j + u * stride >= end) continue;
-        if (piece_vecs == 0 && h + u * threads < held_vecs) held[h + u * threads] = v[u];
+        if (h + u * threads < held_vecs) held[h + u * threads] = v[u];
         add_shifted<T, VEC>(v[u], K, ls, lss);
       }
       s += ls;
@@ -289,14 +218,12 @@ struct HeldOptions {
   int64_t smem_cap = -1;              // bytes of shared memory per CTA at most (tests: partial holds); -1: no cap
   bool grid_finalize = false;         // fold each slice once and wait a second time, whatever splits is (tests)
   int max_rounds = kHeldMaxRounds;    // items per CTA at most (the automatic choice: kHeldAutoMaxRounds)
-  bool bulk = true;                   // held vectors by bulk copies where the device has them (tests: off)
 };
 
 // The held plan's geometry for one problem on one device; ok false where the plan cannot take it.
 struct HeldGeometry {
   bool ok = false;
   int64_t grid = 0, per_sm = 0, held_vecs = 0, splits = 0, chunk = 0, items = 0, rounds = 0, l2_first = -1;
-  int64_t piece_vecs = 0;  // > 0: held vectors by bulk copies (issue_held_runs), pieces of this many vectors
   size_t smem = 0;
 };
 
@@ -345,11 +272,6 @@ HeldGeometry held_geometry(const Problem& pr, const HeldOptions& opt) {
   const int64_t item_bytes = g.chunk * static_cast<int64_t>(sizeof(T));
   const int64_t keep_items = std::min<int64_t>(g.items, dev.l2_bytes / 100 * opt.l2_keep_pct / item_bytes);
   g.l2_first = opt.l2_keep_pct > 0 ? g.items - keep_items : -1;
-  if (opt.bulk && vec_bytes == 16 && dev.major >= 9 && held_vecs > 0) {
-    const int64_t batch = static_cast<int64_t>(kUnroll) * kThreads;  // vectors of one batch of the CTA's loads
-    const int64_t per_round = std::min(g.chunk / VEC, held_vecs);
-    g.piece_vecs = ceil_div(ceil_div(per_round, int64_t{kHeldPieces}), batch) * batch;
-  }
   g.ok = true;
   return g;
 }
@@ -368,7 +290,6 @@ bool try_launch_held(const Pointers<T>& p, const Problem& pr, const at::TensorOp
                (grid_finalize ? "constants folded once per slice (two grid barriers)"
                               : "constants folded by each CTA (one grid barrier)") +
                (g.l2_first < 0 ? std::string(", no L2 hints") : std::string(", the rest's last items kept in L2")) +
-               (g.piece_vecs > 0 ? std::string(", held vectors by bulk copies") : std::string()) +
                " (vec " + std::to_string(VEC) + ")";
     return true;
   }
@@ -393,7 +314,7 @@ bool try_launch_held(const Pointers<T>& p, const Problem& pr, const at::TensorOp
                                     partial.data_ptr<double>(), norm_ptr, pr.slices, static_cast<int>(g.splits), pr.G,
                                     pr.cpg, static_cast<int>(pr.HW), static_cast<int>(pr.D), static_cast<int>(g.chunk),
                                     static_cast<int>(g.held_vecs), g.l2_first, pr.eps, !grid_finalize,
-                                    static_cast<int>(g.piece_vecs), make_epilogue<Epi>(pr.act)));
+                                    make_epilogue<Epi>(pr.act)));
   return true;
 }
 """
