@@ -16,6 +16,7 @@ microseconds per call. Ours and eager are first checked to agree (output and gra
     python benchmarks/bench_overhead.py                  # CPU, and CUDA when a GPU is present
     python benchmarks/bench_overhead.py --device cuda --calls 5000
     python benchmarks/bench_overhead.py --device cpu --threads 2   # the CPU kernels on two threads
+    python benchmarks/bench_overhead.py --device cpu --shapes short # many slices of channels of 1-4 elements
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ import groupnorm_inline  # noqa: E402
 # (shape, num_groups): small enough that a call's kernels take a few microseconds at most on either device;
 # the last one has no trailing dims.
 SHAPES = [((2, 32, 4, 4), 8), ((1, 8, 2, 2), 2), ((8, 64), 4)]
+# --shapes short: inputs of many slices whose channels are shorter than one vector ((N, C) features, 2x2 maps),
+# where the per-channel and per-slice work, not the data, sets the CPU kernels' time.
+SHORT_CHANNEL_SHAPES = [((64, 64), 4), ((256, 64), 8), ((8, 1024), 4), ((16, 256, 2, 2), 32), ((64, 64, 2, 2), 4)]
 MEASURES = ("fwd", "bwd", "fwd+bwd", "fwd no_grad")
 
 
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for torch (default 1: host time is what is measured, and one thread "
                         "keeps other processes' load from stretching the CPU kernels' parallel regions)")
+    parser.add_argument("--shapes", choices=("tiny", "short"), default="tiny",
+                        help="tiny: the host-overhead shapes (default); short: many slices of short channels")
     return parser.parse_args(argv)
 
 
@@ -117,14 +123,14 @@ def check_same_result(ours: torch.nn.Module, eager: torch.nn.Module, shape, devi
                              f"{(got - ref).abs().max().item():.3g}")
 
 
-def run_device(device: torch.device, calls: int, rounds: int) -> None:
+def run_device(device: torch.device, calls: int, rounds: int, shapes=SHAPES) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"\n{name} ({device}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
           f"us per call, median of {rounds} loops of {calls} calls")
     header = f"{'shape':<18} {'G':>3}  {'measure':<12} {'ours':>9} {'eager':>9} {'ours/eager':>11}"
     print(header)
     print("-" * len(header))
-    for shape, groups in SHAPES:
+    for shape, groups in shapes:
         torch.manual_seed(0)
         ours = groupnorm_inline.GroupNorm(groups, shape[1]).to(device)
         eager = torch.nn.GroupNorm(groups, shape[1]).to(device)
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("--device cuda: no GPU is visible")
         devices.append(torch.device("cuda"))
     for device in devices:
-        run_device(device, args.calls, args.rounds)
+        run_device(device, args.calls, args.rounds, SHORT_CHANNEL_SHAPES if args.shapes == "short" else SHAPES)
 
 
 if __name__ == "__main__":
