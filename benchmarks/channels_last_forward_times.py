@@ -8,9 +8,10 @@ Per row: a copy of the tensor (channels-last in and out), our public op and eage
 then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
 (read by the op on every call) to the same round-robin, `--envs NAME=VALUE,...` our op under each setting;
 `--rows block` times the rows the block plan takes (`all`: both sets; `large`: inputs larger than shared
-memory); `--kernels` adds each provider's GPU kernel time per call (torch.profiler), which a slow host cannot
-inflate. Inputs are random normal values; weight and bias in the input's dtype. Appends to
-DIR/channels_last_forward_times.txt, so that both builds' tables land in one file.
+memory; `samples`: several samples each too large for the block plan); `--kernels` adds each provider's GPU
+kernel time per call (torch.profiler), which a slow host cannot inflate. Inputs are random normal values; weight
+and bias in the input's dtype. Appends to DIR/channels_last_forward_times.txt, so that both builds' tables land in
+one file.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ LARGE_ROWS = [  # inputs larger than the GPU's shared memory (the single launch 
     ((1, 256, 256, 256), 32, torch.float16),
     ((2, 512, 128, 128), 32, torch.float32),
     ((1, 64, 16, 128, 128), 32, torch.float16),
+]
+SAMPLE_ROWS = [  # several samples, each too large for the block plan: the single launch with few tiles a sample
+    ((16, 320, 64, 64), 32, torch.float16),
+    ((32, 128, 64, 64), 32, torch.float16),
+    ((16, 640, 32, 32), 32, torch.bfloat16),
+    ((8, 512, 64, 64), 32, torch.float32),
+    ((12, 256, 64, 64), 32, torch.float16),
+    ((64, 64, 64, 64), 32, torch.float16),
+    ((16, 128, 128, 128), 32, torch.float16),
+    ((4, 512, 64, 64), 32, torch.float16),
+    ((8, 320, 64, 64), 32, torch.float32),
 ]
 BLOCK_ROWS = [  # inputs of many small samples, whose channel tiles fit one CTA (the block plan), 0.1-34 MB
     ((64, 32, 16, 16), 32, torch.float16),
@@ -112,20 +124,26 @@ def kernel_us(fn, iters: int) -> float:
     return total / iters
 
 
-def with_env(name: str, value: str, fn):
-    """fn with the environment variable `name` set to `value` for the length of each call."""
+def with_envs(settings: dict, fn):
+    """fn with the environment variables of `settings` (name: value) set for the length of each call."""
     def call():
-        os.environ[name] = value
+        os.environ.update(settings)
         try:
             return fn()
         finally:
-            os.environ.pop(name, None)
+            for name in settings:
+                os.environ.pop(name, None)
     return call
+
+
+def parse_settings(column: str) -> dict:
+    """`A=1+B=x` -> {"A": "1", "B": "x"}: one column's settings."""
+    return dict(part.split("=", 1) for part in column.split("+"))
 
 
 def forced(plan: str, fn):
     """fn with GROUPNORM_INLINE_CL_FORWARD_PLAN=plan for the length of the call."""
-    return with_env("GROUPNORM_INLINE_CL_FORWARD_PLAN", plan, fn)
+    return with_envs({"GROUPNORM_INLINE_CL_FORWARD_PLAN": plan}, fn)
 
 
 def main() -> int:
@@ -135,8 +153,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--plans", default="", help="comma-separated forced plans to time beside the automatic one")
     ap.add_argument("--envs", default="", help="comma-separated NAME=VALUE settings, each timed as a column of its "
-                    "own (our op with that variable set for the call)")
-    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large"])
+                    "own (our op with that variable set for the call); NAME=VALUE+NAME2=VALUE2 sets both")
+    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large", "samples"])
     ap.add_argument("--kernels", action="store_true", help="also the kernels' GPU time per call (torch.profiler)")
     args = ap.parse_args()
     import groupnorm_inline as gn
@@ -148,7 +166,8 @@ def main() -> int:
     lines = [f"## {args.label}: {torch.cuda.get_device_name()}, torch {torch.__version__}, round-robin medians of "
              f"{args.iters} (us)", "| row | copy | ours | " + "".join(f"{p} | " for p in plans) +
              "eager | ours/copy | plan |", "|---|--:|--:|" + "--:|" * len(plans) + "--:|--:|---|"]
-    rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS, "large": LARGE_ROWS}[args.rows]
+    rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS, "large": LARGE_ROWS,
+            "samples": SAMPLE_ROWS}[args.rows]
     for shape, G, dtype in rows:
         fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
         x = torch.randn(shape, device="cuda").to(dtype).contiguous(memory_format=fmt)
@@ -158,7 +177,7 @@ def main() -> int:
         fns = {"copy": lambda: out.copy_(x), "ours": lambda: gn.group_norm(x, G, w, b)}
         for p in plans:
             if "=" in p:
-                fns[p] = with_env(*p.split("=", 1), lambda: gn.group_norm(x, G, w, b))
+                fns[p] = with_envs(parse_settings(p), lambda: gn.group_norm(x, G, w, b))
             else:
                 fns[p] = forced(p, lambda: gn.group_norm(x, G, w, b))
         fns["eager"] = lambda: F.group_norm(x, G, w, b)

@@ -28,7 +28,8 @@
 #   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
 #              random_rows.py flagged as slower than a baseline (ours, eager, compile)
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
-#              then with the channels-last forward's fused, partly held and three-launch plans forced, then with
+#              then with the channels-last forward's fused and partly held plans forced (each with its groups
+#              folded per CTA and finalised once: GROUPNORM_INLINE_CL_FOLD=1, 0) and three launches, then with
 #              each backward path (row, resident) forced
 #   racecheck  compute-sanitizer racecheck over the channels-last forward cases of sanitizer_cases.py (the block
 #              plan's shared and distributed shared memory), automatic plans
@@ -121,10 +122,12 @@ for step in "$@"; do
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
         echo "compute-sanitizer exit (automatic paths): $?" | tee -a "$OUT/sanitizer-core.txt"
-        for plan in fused partial three; do
-            GROUPNORM_INLINE_CL_FORWARD_PLAN=$plan timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 \
-                "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 | tee -a "$OUT/sanitizer-core.txt"
-            echo "compute-sanitizer exit (channels-last $plan forced): ${PIPESTATUS[0]}" \
+        for plan_fold in fused:0 fused:1 partial:0 partial:1 three:0; do  # plan, GROUPNORM_INLINE_CL_FOLD
+            plan=${plan_fold%:*} fold=${plan_fold#*:}
+            GROUPNORM_INLINE_CL_FORWARD_PLAN=$plan GROUPNORM_INLINE_CL_FOLD=$fold timeout 300 compute-sanitizer \
+                --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py 2>&1 | tail -n 12 \
+                | tee -a "$OUT/sanitizer-core.txt"
+            echo "compute-sanitizer exit (channels-last $plan forced, fold $fold): ${PIPESTATUS[0]}" \
                 | tee -a "$OUT/sanitizer-core.txt"
         done
         for path in row resident; do

@@ -184,14 +184,19 @@ def test_forward_plan_names_every_path(monkeypatch):
 # most half of each thread's rows, the rest read again), `three` forces the three launches. SHAPES by default
 # take the block plan wherever their tiles fit a CTA; these runs keep the other paths checked on the same inputs.
 PLAN_ENV = "GROUPNORM_INLINE_CL_FORWARD_PLAN"
+# GROUPNORM_INLINE_CL_FOLD (read on every call): 1 has every CTA of the cooperative launch finalise its own groups
+# (one grid barrier) wherever their constants fit, 0 never (warps across the grid finalise each group once, a
+# second grid barrier); unset, a rule picks. Both are forced here so that each is checked whatever the rule picks.
+FOLD_ENV = "GROUPNORM_INLINE_CL_FOLD"
 
 
-@pytest.mark.parametrize("plan", ["fused", "partial", "three"])
+@pytest.mark.parametrize("plan", ["fused", "fused+fold", "partial", "partial+fold", "three"])
 @pytest.mark.parametrize("name, params, module", ACTS[:2], ids=ACT_IDS[:2])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape, groups", SHAPES, ids=SHAPE_IDS)
 def test_forward_other_plans(shape, groups, dtype, name, params, module, plan, monkeypatch):
-    monkeypatch.setenv(PLAN_ENV, plan)
+    monkeypatch.setenv(PLAN_ENV, plan.split("+")[0])
+    monkeypatch.setenv(FOLD_ENV, "1" if plan.endswith("+fold") else "0")
     x = _input(shape, dtype)
     w, b = _params(shape[1], dtype, True)
     _check_forward(x, groups, w, b, name, params, module, f"{plan} {shape} G={groups} {dtype} {name}")
@@ -256,18 +261,22 @@ def test_forward_block_plan_clusters(shape, groups, dtype):
     _check_plan_on(x, groups, plan)
 
 
+@pytest.mark.parametrize("fold", ["1", "0"], ids=["fold", "finalize"])
 @pytest.mark.parametrize("hold", ["1", "0"], ids=["partly-held", "reread"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-def test_forward_large_input_reread_from_l2(dtype, hold, monkeypatch):
+def test_forward_large_input_reread_from_l2(dtype, hold, fold, monkeypatch):
     from groupnorm_inline.functional import forward_plan
     monkeypatch.setenv(HOLD_ENV, hold)
+    monkeypatch.setenv(FOLD_ENV, fold)
     x = _input(LARGE[0], dtype)
     plan = forward_plan(x, LARGE[1])
     assert plan.startswith("channels_last fused (one cooperative launch" + (", tiles partly held" if hold == "1" else
                                                                             "):")), plan
+    assert ("each CTA finalising its own groups" in plan) == (fold == "1"), plan
     w, b = _params(LARGE[0][1], dtype, True)
-    _check_forward(x, LARGE[1], w, b, "silu", None, nn.SiLU(), f"{LARGE[0]} {dtype} hold={hold}")
-    _check_forward(x, LARGE[1], w, b, None, None, nn.Identity(), f"{LARGE[0]} {dtype} hold={hold}")
+    what = f"{LARGE[0]} {dtype} hold={hold} fold={fold}"
+    _check_forward(x, LARGE[1], w, b, "silu", None, nn.SiLU(), what)
+    _check_forward(x, LARGE[1], w, b, None, None, nn.Identity(), what)
 
 
 def test_channels_last_matches_nchw():

@@ -35,6 +35,12 @@ L2 to keep less of x (of a 64 MB input L2 served ~15 MB of the second read on an
 62.2 us at (1, 128, 512, 512) fp16 on an H200, 40.5 -> 35.3 at (8, 320, 64, 64) fp32 (README, "Large
 channels-last inputs").
 
+Several samples (few tiles a sample): after the first grid barrier each CTA of cl_fused folds the partial sums of
+the groups its own tile touches (fold_tile_groups; every CTA in the same order, so all get the same constants) and
+normalises at once: one grid barrier instead of two, no finalize round trip. Its L2 reads grow as ctas x tiles a
+sample, so it is taken only where a lane's share of a group's partials is one batch of loads (fold_pays): 2-4 us
+off (32, 128, 64, 64) fp16 and (16, 640, 32, 32) bf16 on an H200, 4-6 us lost where samples have ~130 tiles.
+
 Loads in flight: a two-pass stream of 64 MB on an H100 takes 1.47x a copy with 2 CTAs of 256 threads per SM,
 1.37x with 3, 1.36x with 4, 1.27x with 8 (4 16-byte loads per thread in flight; benchmarks/micro/stream_depth.cu).
 The single launch's registers are the most any of its steps needs plus what the compiler keeps live across the
@@ -234,6 +240,55 @@ inline int finalize_lanes(const Tiling& t) {
   return lanes;
 }
 
+constexpr int kPartialBatch = 8;  // partial-sum pairs a lane loads at once (group_partial_sums)
+
+// Lane `sub` of the `lanes` lanes given to group g of sample n adds its share of the group's partial sums (the
+// items: its tiles' (sum, sum of squares) pairs, tile by tile over the hw_tiles rows of tiles and the channel
+// tiles cts that hold the group), into s, ss. Every caller with the same `lanes` adds in the same order, so the
+// finalize kernel and every CTA that folds the group itself (cl_fused, fold) get the same sums.
+__device__ __forceinline__ void group_partial_sums(const double* __restrict__ partial, const Tiling& t, int64_t cpg,
+                                                   int slots, int64_t n, int64_t g, int sub, int lanes, double& s,
+                                                   double& ss) {
+  const int64_t ct0 = g * cpg / t.cw, ct1 = ((g + 1) * cpg - 1) / t.cw;  // channel tiles holding the group
+  const int64_t cts = ct1 - ct0 + 1;
+  const int64_t items = t.hw_tiles * cts;
+  // kBatch items' pairs loaded as 16-byte vectors, all in flight, then added in item order (the order of a loop
+  // over them one by one, so the same sums): one load latency per batch instead of one per item. Loaded one
+  // by one, each add waited for its load (Nsight Compute on the three-launch finalize: the warps' stalls sat on
+  // those adds); batched, the single launch's kernel time fell 3-8% at (2, 640, 64, 64), (2, 320, 128, 128),
+  // (1, 512, 128, 128) fp16, (1, 128, 8, 128, 128) bf16 and (1, 128, 512, 512) fp16 on an H200 (20.3 -> 19.6,
+  // 26.8 -> 25.7, 25.6 -> 23.6, 35.4 -> 33.5, 62.7 -> 60.8 us).
+  constexpr int kBatch = kPartialBatch;
+  for (int64_t i0 = sub; i0 < items; i0 += kBatch * lanes) {
+    double2 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = i0 + u * lanes;
+      v[u] = make_double2(0.0, 0.0);
+      if (i < items) {
+        const int64_t hw_tile = cts == 1 ? i : i / cts, ct = ct0 + (i - hw_tile * cts);
+        const int64_t cta = (n * t.hw_tiles + hw_tile) * t.c_tiles + ct;
+        const int64_t q = g - ct * t.cw / cpg;
+        v[u] = *reinterpret_cast<const double2*>(partial + (cta * slots + q) * 2);  // 16-byte aligned pairs
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      s += v[u].x;
+      ss += v[u].y;
+    }
+  }
+}
+
+// The sums of the `lanes` lanes (a power of two, aligned within the warp) that share a group, in every one of
+// them. Every lane of the warp calls it (full-mask shuffles).
+__device__ __forceinline__ void lanes_sum(double& s, double& ss, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, offset);
+    ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+  }
+}
+
 // Warp `warp` of `warps` (grid-wide, whole warps only; every lane calls it) finalises slices
 // (warp + k * warps) * (32 / lanes) + lane / lanes.
 template <typename T>
@@ -249,54 +304,71 @@ __device__ __forceinline__ void finalize_slices(const T* __restrict__ x, const d
   for (int64_t base = warp * per_warp; base < slices; base += warps * per_warp) {  // warp-uniform bound
     const int64_t slice = base + lane / lanes;
     double s = 0, ss = 0;
-    int64_t n = 0, g = 0;
     C K = C(0);
     if (slice < slices) {
-      n = slice / G;
-      g = slice - n * G;
+      const int64_t n = slice / G, g = slice - n * G;
       // The shift first, so that its load overlaps the partials' instead of following them.
       if (sub == 0) K = static_cast<C>(x[n * t.HW * t.C + g * cpg]);
-      const int64_t ct0 = g * cpg / t.cw, ct1 = ((g + 1) * cpg - 1) / t.cw;  // channel tiles holding the group
-      const int64_t cts = ct1 - ct0 + 1;
-      const int64_t items = t.hw_tiles * cts;
-      // kBatch items' (sum, sum of squares) pairs loaded as 16-byte vectors, all in flight, then added in item
-      // order (the order of a loop over them one by one, so the same sums): one load latency per batch instead
-      // of one per item. Loaded one by one, each add waited for its load (Nsight Compute on the three-launch
-      // finalize: the warps' stalls sat on those adds); batched, the single launch's kernel time fell 3-8% at
-      // (2, 640, 64, 64), (2, 320, 128, 128), (1, 512, 128, 128) fp16, (1, 128, 8, 128, 128) bf16 and
-      // (1, 128, 512, 512) fp16 on an H200 (20.3 -> 19.6, 26.8 -> 25.7, 25.6 -> 23.6, 35.4 -> 33.5, 62.7 ->
-      // 60.8 us).
-      constexpr int kBatch = 8;
-      for (int64_t i0 = sub; i0 < items; i0 += kBatch * lanes) {
-        double2 v[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int64_t i = i0 + u * lanes;
-          v[u] = make_double2(0.0, 0.0);
-          if (i < items) {
-            const int64_t hw_tile = i / cts, ct = ct0 + (i - hw_tile * cts);
-            const int64_t cta = (n * t.hw_tiles + hw_tile) * t.c_tiles + ct;
-            const int64_t q = g - ct * t.cw / cpg;
-            v[u] = *reinterpret_cast<const double2*>(partial + (cta * slots + q) * 2);  // 16-byte aligned pairs
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          s += v[u].x;
-          ss += v[u].y;
-        }
-      }
+      group_partial_sums(partial, t, cpg, slots, n, g, sub, lanes, s, ss);
     }
-    for (int offset = lanes / 2; offset > 0; offset >>= 1) {  // every lane takes part: full mask
-      s += __shfl_xor_sync(0xffffffffu, s, offset);
-      ss += __shfl_xor_sync(0xffffffffu, ss, offset);
-    }
+    lanes_sum(s, ss, lanes);
     if (slice < slices && sub == 0) {
       const SliceNorm<C> nm = norm_from_sums<C>(s, ss, static_cast<double>(cpg) * static_cast<double>(t.HW), K, eps);
       write_stats(nm, mean_out, rstd_out, slice);
       norm[slice] = nm;
     }
   }
+}
+
+// cl_fused's fold: CTA `cta` finalises the groups its own tile touches (slots q = 0 .. here - 1, groups g0 + q of
+// sample n) from the grid's partial sums, into folded[q] (shared memory), instead of warps across the grid
+// finalising every group once and the grid waiting a second time for them. `lanes` lanes per group (whole warps
+// only), the same in every CTA, so every CTA touching a group computes the same constants; the group's first
+// tile (hw_tile 0, its first channel tile) writes mean and rstd. Every thread calls it (a block barrier ends it).
+template <typename T>
+__device__ __forceinline__ void fold_tile_groups(const T* __restrict__ x, const double* __restrict__ partial,
+                                                 const Tiling& t, int64_t G, int64_t cpg, int slots, double eps,
+                                                 typename Compute<T>::type* __restrict__ mean_out,
+                                                 typename Compute<T>::type* __restrict__ rstd_out,
+                                                 SliceNorm<typename Compute<T>::type>* folded, int lanes,
+                                                 int64_t cta) {
+  using C = typename Compute<T>::type;
+  const Tile p = gn_cl::tile_of(t, cta);
+  const int64_t tile_c0 = p.c_tile * t.cw;
+  const int64_t tile_c1 = tile_c0 + t.cw < t.C ? tile_c0 + t.cw : t.C;
+  const int64_t g0 = tile_c0 / cpg;
+  const int here = static_cast<int>((tile_c1 - 1) / cpg - g0 + 1);
+  const int lane = threadIdx.x & 31, sub = lane % lanes;
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int per_warp = 32 / lanes;
+  if (warp < warps) {
+    for (int base = warp * per_warp; base < here; base += warps * per_warp) {  // warp-uniform bound
+      const int q = base + lane / lanes;
+      double s = 0, ss = 0;
+      C K = C(0);
+      if (q < here) {
+        if (sub == 0) K = static_cast<C>(x[p.n * t.HW * t.C + (g0 + q) * cpg]);
+        group_partial_sums(partial, t, cpg, slots, p.n, g0 + q, sub, lanes, s, ss);
+      }
+      lanes_sum(s, ss, lanes);
+      if (q < here && sub == 0) {
+        const SliceNorm<C> nm =
+            norm_from_sums<C>(s, ss, static_cast<double>(cpg) * static_cast<double>(t.HW), K, eps);
+        folded[q] = nm;
+        if (p.hw_tile == 0 && p.c_tile == (g0 + q) * cpg / t.cw) write_stats(nm, mean_out, rstd_out, p.n * G + g0 + q);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Lanes per group of the fold: as many as the CTA's whole warps give every slot of the widest tile at once (a
+// power of two, at most a warp). A function of the tiling alone, so the same in every CTA.
+inline int fold_lanes(const Tiling& t, int slots) {
+  const int lanes_total = (t.threads() / 32) * 32;
+  int lanes = 1;
+  while (lanes < 32 && 2 * lanes * slots <= lanes_total) lanes *= 2;
+  return lanes;
 }
 
 template <typename T>
@@ -313,23 +385,26 @@ __global__ void __launch_bounds__(256) cl_finalize(const T* __restrict__ x, cons
 
 // Step 3: y = act((x - K) * a + shift) per channel, rows walked from the end of the tile (module docstring).
 // The CTA's work on tile `cta` (no block barriers: threads without work return at once). HOLD: the thread's
-// first `held_steps` rows come from the shared memory stats_tile<HOLD> filled, the others from x.
+// first `held_steps` rows come from the shared memory stats_tile<HOLD> filled, the others from x. norm: the
+// (N * G,) constants, or (tile_local) the tile's own groups' (fold_tile_groups: slot q is group g0 + q).
 template <typename T, int VEC, bool AFFINE, typename Epi, bool HOLD = false>
 __device__ __forceinline__ void apply_tile(const T* __restrict__ x, T* __restrict__ y, const ParamRef<T>& w,
                                            const ParamRef<T>& bias,
                                            const SliceNorm<typename Compute<T>::type>* __restrict__ norm,
                                            const Tiling& t, int64_t G, int64_t cpg, const Epi& epi, int64_t cta,
-                                           const Vec<T, VEC>* held = nullptr, int64_t held_steps = 0) {
+                                           const Vec<T, VEC>* held = nullptr, int64_t held_steps = 0,
+                                           bool tile_local = false) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
   const int64_t tile_c0 = p.c_tile * t.cw;
   const int64_t c = tile_c0 + static_cast<int64_t>(col) * VEC;
   if (c >= t.C || r0 >= t.rows) return;  // no barriers below
+  const int64_t group_at = tile_local ? -(tile_c0 / cpg) : p.n * G;  // norm's index of group g: group_at + g
   C K[VEC], a[VEC], shift[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    const SliceNorm<C> nm = norm[p.n * G + (c + k) / cpg];
+    const SliceNorm<C> nm = norm[group_at + (c + k) / cpg];
     const C ak = AFFINE ? nm.rstd * w[c + k] : nm.rstd;
     K[k] = nm.K;
     a[k] = ak;
@@ -411,24 +486,32 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                                                              typename Compute<T>::type* __restrict__ mean_out,
                                                              typename Compute<T>::type* __restrict__ rstd_out,
                                                              Tiling t, int64_t G, int64_t cpg, int slots, double eps,
-                                                             int lanes, int64_t held_steps, Epi epi) {
+                                                             int lanes, int64_t held_steps, bool fold, Epi epi) {
   namespace cg = cooperative_groups;
+  using CT = typename Compute<T>::type;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
   double* red = reinterpret_cast<double*>(cl_fused_smem);  // stats_tile's planes, then the held rows (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + 2 * VEC * gn_cl::sums_plane(t.rows, t.tc));
   stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
   grid.sync();
+  // The tile index passed through an empty asm: without it the compiler keeps the tile's coordinates (computed
+  // in stats_tile) live across the grid barriers, registers the statistics' peak pays for (124 -> 102 for half
+  // data, still 2 CTAs per SM; 84 -> 78 for float: 3 CTAs per SM instead of 2).
+  int64_t cta = blockIdx.x;
+  if (fold) {  // grid-uniform: the CTA finalises its own groups into the reduction space, no second grid barrier
+    asm volatile("" : "+l"(cta));
+    SliceNorm<CT>* folded = reinterpret_cast<SliceNorm<CT>*>(red);
+    fold_tile_groups<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, folded, lanes, cta);
+    apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, folded, t, G, cpg, epi, cta, held, held_steps, true);
+    return;
+  }
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
   if (warp < warps)
     finalize_slices<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, norm,
                        static_cast<int64_t>(blockIdx.x) * warps + warp, static_cast<int64_t>(gridDim.x) * warps,
                        lanes);
   grid.sync();
-  // The tile index passed through an empty asm: without it the compiler keeps the tile's coordinates (computed
-  // in stats_tile) live across both grid barriers, registers the statistics' peak pays for (124 -> 102 for half
-  // data, still 2 CTAs per SM; 84 -> 78 for float: 3 CTAs per SM instead of 2).
-  int64_t cta = blockIdx.x;
   asm volatile("" : "+l"(cta));
   apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, cta, held, held_steps);
 }
@@ -476,7 +559,40 @@ struct FusedPlan {
   Tiling t;
   size_t smem = 0;
   int64_t held_steps = 0;  // rows per thread kept in shared memory (cl_fused<HOLD>), from the first
+  bool fold = false;       // each CTA finalises its own groups (fold_tile_groups): one grid barrier, not two
 };
+
+// GROUPNORM_INLINE_CL_FOLD (read per call; benchmarks and tests): 0 never folds, 1 folds wherever the
+// constants fit the reduction space; unset: the rule of fold_pays.
+inline int fold_override() {
+  const char* v = std::getenv("GROUPNORM_INLINE_CL_FOLD");
+  if (v == nullptr) return -1;
+  return std::strcmp(v, "0") == 0 ? 0 : 1;
+}
+
+// Partial-sum pairs of one group, at most: its tiles over every row of tiles.
+inline int64_t group_items(const Tiling& t, int64_t cpg) {
+  // Channel tiles one group spans, at most: one where tiles hold whole groups, cpg / cw where groups hold whole
+  // tiles, else one more than cpg covers.
+  const int64_t cts = t.cw % cpg == 0 ? 1 : cpg % t.cw == 0 ? cpg / t.cw : (cpg + t.cw - 1) / t.cw + 1;
+  return t.hw_tiles * cts;
+}
+
+// Whether cl_fused folds: every CTA re-reads its groups' partial sums from L2 in place of the second grid barrier
+// and the finalize's round trip. That costs L2 reads in proportion to ctas x hw_tiles (each group's partials are
+// read by each of its hw_tiles CTAs) and one load latency per batch of a lane's share. Measured on an H200
+// (kernel times, fold / finalize, us): one batch per lane, (4, 64, 64, 64) fp32 (32 tiles a sample, 8 per lane)
+// 11.4 / 13.5, (32, 64, 32, 32) fp16 13.2 / 14.8, (64, 32, 16, 16) fp16 10.9 / 11.8; three batches and more,
+// (1, 320, 64, 64) fp16 (76 tiles, 19 per lane) 16.6 / 15.5, (2, 640, 64, 64) fp16 23.2 / 19.8,
+// (2, 320, 128, 128) fp16 29.9 / 25.8, (1, 128, 512, 512) fp16 66.1 / 60.4. So: one batch per lane.
+template <typename CT>
+bool fold_pays(const Tiling& t, int64_t cpg, int slots) {
+  if (static_cast<size_t>(slots) * sizeof(SliceNorm<CT>) > stats_smem(t)) return false;  // folded constants' room
+  if (t.threads() < 32) return false;  // the fold's lanes are whole warps
+  const int force = fold_override();
+  if (force >= 0) return force == 1;
+  return group_items(t, cpg) <= int64_t{kPartialBatch} * fold_lanes(t, slots);
+}
 
 // Row steps of a thread in a tile (every thread of a full tile has this many).
 inline int64_t tile_steps(const Tiling& t) { return (t.tile_rows + t.rows - 1) / t.rows; }
@@ -890,6 +1006,8 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
   TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_forward_cuda: channels-last input of ", N,
                                                           " samples needs more CTAs than one launch takes"));
   const int slots = max_slots(t, cpg);
+  const bool fold = fused && fold_pays<CT>(t, cpg, slots);
+  const int lanes = fold ? fold_lanes(t, slots) : finalize_lanes(t);
   at::Tensor partial = at::empty({t.ctas() * slots * 2}, opts.dtype(at::kDouble));
   at::Tensor norm = at::empty({static_cast<int64_t>(N * G * sizeof(SliceNorm<CT>))}, opts.dtype(at::kByte));
   auto* norm_ptr = reinterpret_cast<SliceNorm<CT>*>(norm.data_ptr());
@@ -907,17 +1025,16 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     if (fp.kind == FusedKind::kHeld || fp.kind == FusedKind::kPartial)
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), fp.held_steps, make_epilogue<Epi>(act)));
+                                        lanes, fp.held_steps, fold, make_epilogue<Epi>(act)));
     else
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        finalize_lanes(t), int64_t{0}, make_epilogue<Epi>(act)));
+                                        lanes, int64_t{0}, fold, make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
                                                                                  cpg, slots);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int lanes = finalize_lanes(t);
   cl_finalize<T><<<static_cast<unsigned>(ceil_div(N * G * lanes, 256)), 256, 0, stream>>>(
       x, partial.data_ptr<double>(), t, G, cpg, slots, eps, mean, rstd, norm_ptr, lanes);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -988,14 +1105,18 @@ std::string describe(const at::Tensor& input, int64_t G) {
                          ? "channels_last fused (one cooperative launch, tiles partly held in shared memory): "
                      : fp.kind == FusedKind::kL2 ? "channels_last fused (one cooperative launch): "
                                                  : "channels_last (three launches): ";
+  const int slots = max_slots(t, C / G);
+  const bool fold = fp.kind != FusedKind::kNone && fold_pays<typename Compute<T>::type>(t, C / G, slots);
   const std::string held = fp.kind == FusedKind::kPartial
                                ? std::to_string(fp.held_steps) + " of " + std::to_string(tile_steps(t)) +
                                      " rows per thread held in shared memory, "
                                : std::string();
   return std::string(kind) + held +
          "statistics over " + std::to_string(t.ctas()) + " tiles of " + std::to_string(t.tile_rows) +
-         " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, finalize of " +
-         std::to_string(N * G) + " groups, normalisation from the end of each tile (two reads, the second " +
+         " rows x " + std::to_string(t.cw) + " channels, " + std::to_string(t.threads()) + " threads each, " +
+         (fold ? std::string("each CTA finalising its own groups (one grid barrier), ")
+               : "finalize of " + std::to_string(N * G) + " groups, ") +
+         "normalisation from the end of each tile (two reads, the second " +
          "from L2 where it holds; vec " + std::to_string(t.vec) + ")";
 }
 
