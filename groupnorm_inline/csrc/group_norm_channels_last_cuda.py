@@ -559,7 +559,6 @@ struct FusedPlan {
   Tiling t;
   size_t smem = 0;
   int64_t held_steps = 0;  // rows per thread kept in shared memory (cl_fused<HOLD>), from the first
-  bool fold = false;       // each CTA finalises its own groups (fold_tile_groups): one grid barrier, not two
 };
 
 // GROUPNORM_INLINE_CL_FOLD (read per call; benchmarks and tests): 0 never folds, 1 folds wherever the
