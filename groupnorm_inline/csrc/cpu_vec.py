@@ -218,12 +218,56 @@ GN_CPU_INLINE double sum_lanes(const Pack<T>& p) {
 }
 
 // ---------------------------------------------------------------------------------------------- epilogue
-// act(z) on every lane of a pack. Identity: nothing (compiled away). Otherwise the functor's apply, which
-// branches once per call on the activation's kind (gn_act::Runtime) and evaluates it lane by lane.
+// act(z) on one vector, for an activation known at compile time: the formulas of gn_act::forward_as in ATen's
+// vector functions (exp, erf, tanh, log1p: SLEEF's 1-ulp versions where ATen uses them). Evaluated lane by lane
+// through the scalar libm functions instead, the activation cost 10-15x the whole GroupNorm (2-core AVX-512
+// machine: (2, 320, 64, 64) float32 + SiLU 15.7 ms against 1.1 ms without; + GELU 42 ms, 2.1x PyTorch's
+// GroupNorm then GELU).
+template <int KIND, typename V>
+GN_CPU_INLINE V activate_vector(const gn_act::Params& p, const V& z) {
+  using C = typename V::value_type;
+  const V one(C(1)), zero(C(0)), half(C(0.5));
+  if constexpr (KIND == gn_act::kSilu) {
+    return z * (one / (one + (zero - z).exp()));
+  } else if constexpr (KIND == gn_act::kGelu) {
+    return half * z * (one + (z * V(C(0.70710678118654752440))).erf());
+  } else if constexpr (KIND == gn_act::kGeluTanh) {
+    const V inner = V(C(0.79788456080286535588)) * (z + V(C(0.044715)) * z * z * z);
+    return half * z * (one + inner.tanh());
+  } else if constexpr (KIND == gn_act::kRelu) {
+    return V::blendv(z, zero, z <= zero);  // NaN stays NaN (the comparison is false)
+  } else if constexpr (KIND == gn_act::kLeakyRelu) {
+    return V::blendv(z * V(static_cast<C>(p.alpha)), z, z > zero);
+  } else if constexpr (KIND == gn_act::kMish) {
+    return z * z.exp().log1p().tanh();
+  } else if constexpr (KIND == gn_act::kHardswish) {
+    const V r = z + V(C(3)), six(C(6));
+    return z * V::blendv(V::blendv(r, six, r > six), zero, r < zero) / six;
+  } else if constexpr (KIND == gn_act::kHardtanh) {
+    const V lo(static_cast<C>(p.alpha)), hi(static_cast<C>(p.beta));
+    return V::blendv(V::blendv(z, hi, z > hi), lo, z < lo);
+  } else if constexpr (KIND == gn_act::kSigmoid) {
+    return one / (one + (zero - z).exp());
+  } else if constexpr (KIND == gn_act::kTanh) {
+    return z.tanh();
+  } else {
+    return z;
+  }
+}
+
+// act(z) on every lane of a pack. Identity: nothing (compiled away). Runtime: one branch per call on the
+// activation's kind, then its vector formulas (activate_vector). Other functors: their apply, lane by lane.
 template <typename Ep, typename T>
 GN_CPU_INLINE Pack<T> activate(const Ep& ep, const Pack<T>& z) {
   if constexpr (Ep::kIsIdentity) {
     return z;
+  } else if constexpr (std::is_same_v<Ep, gn_act::Runtime>) {
+    Pack<T> out = z;
+    gn_act::with_kind(ep.p.kind, [&](auto kind) {
+      constexpr int K = decltype(kind)::value;
+      out = {activate_vector<K>(ep.p, z.lo), activate_vector<K>(ep.p, z.hi)};
+    });
+    return out;
   } else {
     using C = compute_t<T>;
     __at_align__ C buf[Pack<T>::kWidth];
@@ -233,16 +277,57 @@ GN_CPU_INLINE Pack<T> activate(const Ep& ep, const Pack<T>& z) {
   }
 }
 
+// d act / dz on one vector: the formulas of gn_act::derivative_as in ATen's vector functions (as activate_vector;
+// lane by lane through libm, the backward with GELU took 3.2x PyTorch's at (2, 320, 64, 64) float32).
+template <int KIND, typename V>
+GN_CPU_INLINE V derivative_vector(const gn_act::Params& p, const V& z) {
+  using C = typename V::value_type;
+  const V one(C(1)), zero(C(0)), half(C(0.5));
+  if constexpr (KIND == gn_act::kSilu) {
+    const V sig = one / (one + (zero - z).exp());
+    return sig * (one + z * (one - sig));
+  } else if constexpr (KIND == gn_act::kGelu) {
+    const V cdf = half * (one + (z * V(C(0.70710678118654752440))).erf());
+    const V pdf = (V(C(-0.5)) * z * z).exp() * V(C(0.39894228040143267794));
+    return cdf + z * pdf;
+  } else if constexpr (KIND == gn_act::kGeluTanh) {
+    const V k(C(0.79788456080286535588)), c(C(0.044715));
+    const V t = (k * (z + c * z * z * z)).tanh();
+    return half * (one + t) + half * z * (one - t * t) * k * (one + V(C(3)) * c * z * z);
+  } else if constexpr (KIND == gn_act::kRelu) {
+    return V::blendv(zero, one, z > zero);
+  } else if constexpr (KIND == gn_act::kLeakyRelu) {
+    return V::blendv(V(static_cast<C>(p.alpha)), one, z > zero);
+  } else if constexpr (KIND == gn_act::kMish) {
+    const V tsp = z.exp().log1p().tanh();
+    const V sig = one / (one + (zero - z).exp());
+    return tsp + z * sig * (one - tsp * tsp);
+  } else if constexpr (KIND == gn_act::kHardswish) {
+    const V three(C(3));
+    return V::blendv(V::blendv(one, z / three + half, z <= three), zero, z < zero - three);
+  } else if constexpr (KIND == gn_act::kHardtanh) {
+    const V lo(static_cast<C>(p.alpha)), hi(static_cast<C>(p.beta));
+    return V::blendv(one, zero, (z <= lo) | (z >= hi));
+  } else if constexpr (KIND == gn_act::kSigmoid) {
+    const V sig = one / (one + (zero - z).exp());
+    return sig * (one - sig);
+  } else if constexpr (KIND == gn_act::kTanh) {
+    const V t = z.tanh();
+    return one - t * t;
+  } else {
+    return one;
+  }
+}
+
 // d act / dz on every lane of a pack, for the activation p.kind (one branch per call).
 template <typename T>
 inline Pack<T> activation_derivative(const gn_act::Params& p, const Pack<T>& z) {
-  using C = compute_t<T>;
-  __at_align__ C buf[Pack<T>::kWidth];
-  z.lanes(buf);
+  Pack<T> out = z;
   gn_act::with_kind(p.kind, [&](auto kind) {
-    for (int64_t i = 0; i < Pack<T>::kWidth; ++i) buf[i] = gn_act::derivative_as<decltype(kind)::value>(p, buf[i]);
+    constexpr int K = decltype(kind)::value;
+    out = {derivative_vector<K>(p, z.lo), derivative_vector<K>(p, z.hi)};
   });
-  return {Pack<T>::V::loadu(buf), Pack<T>::V::loadu(buf + Pack<T>::kVec)};
+  return out;
 }
 
 // Calls f(epilogue) with gn_act::Identity when there is no activation, gn_act::Runtime otherwise: two
