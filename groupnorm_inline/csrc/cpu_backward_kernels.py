@@ -42,8 +42,9 @@ inline Pack<T> grad_z(const Pack<T>& dy, const Pack<T>& d, const Pack<T>& a, con
   }
 }
 
-// Channels shorter than one vector ((N, C) inputs, 2x2 maps) are walked element by element: a masked load or store copies through a buffer, and with a handful of elements per channel
-// those copies and the lane sums cost more than the arithmetic. (8, 64) G4 float32, one thread: backward
+// Channels shorter than one vector ((N, C) inputs, 2x2 maps) are walked element by element: a masked load or
+// store copies through a buffer, and with a handful of elements per channel those copies and the lane sums cost
+// more than the arithmetic. (8, 64) G4 float32, one thread: backward
 // 13.4 us per call in the kernel, against ~3 us for PyTorch's.
 
 // Adds the sums of len elements of one NCHW channel (x, dy) to out; m: the saved mean, a = rstd * w[c],
