@@ -285,9 +285,10 @@ void backward_nchw(const BackwardArgs<T>& p) {
       for (int64_t cl = 0; cl < cpg; cl += P::kWidth) {
         const int64_t cnt = std::min<int64_t>(P::kWidth, cpg - cl);
         const P d = P::load(xs + cl, cnt) - vm;
-        const P a = p.w ? vr * P{PC::load(p.w + c0 + cl, cnt).lo, PC::load(p.w + c0 + cl, cnt).hi} : vr;
-        const P bias = p.bias ? P{PC::load(p.bias + c0 + cl, cnt).lo, PC::load(p.bias + c0 + cl, cnt).hi}
-                              : P::broadcast(C(0));
+        // w and bias are in the compute type: loaded as Pack<C>, whose two vectors are Pack<T>'s.
+        auto params = [&](const C* v) { const PC pc = PC::load(v + c0 + cl, cnt); return P{pc.lo, pc.hi}; };
+        const P a = p.w ? vr * params(p.w) : vr;
+        const P bias = p.bias ? params(p.bias) : P::broadcast(C(0));
         (P::load(dys + cl, cnt) * activation_derivative<T>(p.act, fmadd(d, a, bias))).lanes(dz_buf + cl);
       }
     }

@@ -145,12 +145,13 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
     // scale updated at each channel boundary, in the compute type. (A normalize_run call per channel, out of
     // line, cost 1.4-2x PyTorch's CPU kernel at (64, 64) G4 and (16, 256, 2, 2) G32.)
     const C m = static_cast<C>(mean);
+    auto scale_of = [&](int64_t cl) { return static_cast<C>(w ? rstd * static_cast<double>(w[cl]) : rstd); };
     if constexpr (!Ep::kIsIdentity) {
       // With an activation: z element by element, the activation a whole pack of them at a time. (Per channel,
       // a masked pack paid the activation on all kWidth lanes for HW of them: (16, 256, 2, 2) G32 + SiLU took
       // 1.1 ms a call, 14x PyTorch's GroupNorm then SiLU.)
       int64_t cl = lo / HW, next = (cl + 1) * HW;
-      C a = static_cast<C>(w ? rstd * static_cast<double>(w[cl]) : rstd), sh = b ? b[cl] : C(0);
+      C a = scale_of(cl), sh = b ? b[cl] : C(0);
       __at_align__ C z[P::kWidth];
       for (int64_t i0 = lo; i0 < hi; i0 += P::kWidth) {
         const int64_t n = std::min<int64_t>(P::kWidth, hi - i0);
@@ -158,7 +159,7 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
           if (i0 + j == next) {
             ++cl;
             next += HW;
-            a = static_cast<C>(w ? rstd * static_cast<double>(w[cl]) : rstd);
+            a = scale_of(cl);
             sh = b ? b[cl] : C(0);
           }
           z[j] = (static_cast<C>(xs[i0 + j]) - m) * a + sh;
@@ -173,12 +174,12 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
       if constexpr (std::is_same_v<T, float>) lo = normalize_short_channels_avx512(xs, ys, lo, hi, HW, w, b, m, rstd);
 #endif
       int64_t cl = lo / HW, next = (cl + 1) * HW;
-      C a = static_cast<C>(w ? rstd * static_cast<double>(w[cl]) : rstd), sh = b ? b[cl] : C(0);
+      C a = scale_of(cl), sh = b ? b[cl] : C(0);
       for (int64_t i = lo; i < hi; ++i) {
         if (i == next) {
           ++cl;
           next += HW;
-          a = static_cast<C>(w ? rstd * static_cast<double>(w[cl]) : rstd);
+          a = scale_of(cl);
           sh = b ? b[cl] : C(0);
         }
         ys[i] = static_cast<T>((static_cast<C>(xs[i]) - m) * a + sh);
