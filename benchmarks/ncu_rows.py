@@ -54,7 +54,14 @@ CHANNELS_LAST_KINDS = [
     ((8, 320, 64, 64), 32, torch.float32, torch.channels_last),
     ((1, 128, 512, 512), 32, torch.float16, torch.channels_last),
 ]
-ROWS = {"few_slice": FEW_SLICE, "channels_last": CHANNELS_LAST, "channels_last_large": CHANNELS_LAST_LARGE,
+# NCHW rows the held plan takes (one cooperative launch, slices held in shared memory and L2): 1.5-1.7x the copy.
+HELD = [
+    ((1, 256, 256, 256), 32, torch.bfloat16, torch.contiguous_format),
+    ((2, 320, 128, 128), 32, torch.float16, torch.contiguous_format),
+    ((2, 320, 128, 128), 32, torch.float32, torch.contiguous_format),
+    ((1, 128, 512, 512), 32, torch.float16, torch.contiguous_format),
+]
+ROWS = {"few_slice": FEW_SLICE, "held": HELD, "channels_last": CHANNELS_LAST, "channels_last_large": CHANNELS_LAST_LARGE,
         "channels_last_kinds": CHANNELS_LAST_KINDS}
 
 

@@ -37,9 +37,10 @@
 #              (default "fused,three") forced beside the automatic one, and $CL_ENVS (NAME=VALUE settings, comma
 #              separated) each as a column of its own; CL_KERNELS=1 adds the profiler's kernel times
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
-#   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last; the channels-last
-#              kernels only): the summary sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to
-#              ncu-cl-source.csv
+#   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last) for the kernels
+#              matching $NCU_KERNELS (default cl_, the channels-last ones; gn_held for --rows held): the summary
+#              sections to ncu-cl-summary.txt, per-SASS-instruction stall samples to ncu-cl-source.csv, per CUDA
+#              line to ncu-cl-lines.csv, summed by benchmarks/ncu_source_summary.py into ncu-cl-lines.txt
 #   clmemory   DRAM bytes, L2 hit rate, occupancy and duration of the channels-last kernels over
 #              benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last_large), once per NAME=VALUE of
 #              $CL_MEMORY_SETTINGS (default: each forward plan, fused and three, forced)
@@ -148,11 +149,14 @@ for step in "$@"; do
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;
     clsource)
-        timeout 400 ncu --profile-from-start off -k regex:'cl_' --set full --import-source yes \
+        timeout 400 ncu --profile-from-start off -k regex:"${NCU_KERNELS:-cl_}" --set full --import-source yes \
             -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last}" 2>&1 | tail -n 8
         ncu --import "$OUT/ncu-cl.ncu-rep" --print-summary per-kernel > "$OUT/ncu-cl-summary.txt" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page details --csv > "$OUT/ncu-cl-details.csv" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-cl-source.csv" 2>&1
+        ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source cuda --csv > "$OUT/ncu-cl-lines.csv" 2>&1
+        "$PYTHON" benchmarks/ncu_source_summary.py "$OUT/ncu-cl-lines.csv" --top 30 > "$OUT/ncu-cl-lines.txt" 2>&1
+        head -c 6000 "$OUT/ncu-cl-lines.txt"
         rm -f "$OUT/ncu-cl.ncu-rep"
         wc -c "$OUT"/ncu-cl-* ;;
     clmemory)
