@@ -44,6 +44,8 @@
 #   clmemory   DRAM bytes, L2 hit rate, occupancy and duration of the channels-last kernels over
 #              benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last_large), once per NAME=VALUE of
 #              $CL_MEMORY_SETTINGS (default: each forward plan, fused and three, forced)
+#   metrics    Nsight Compute's duration, instructions, issue activity, registers and DRAM bytes of the kernels
+#              matching $NCU_KERNELS (default gn_held) over benchmarks/ncu_rows.py --rows $NCU_ROWS (default held)
 #   depth      benchmarks/micro/stream_depth.cu: two-pass streaming speed against bytes in flight per SM
 #   clab       this checkout against the package in $BASELINE (a folder holding another version's
 #              groupnorm_inline/, built at the start into its own cache): Nsight Compute's kernel time, shared
@@ -170,6 +172,13 @@ for step in "$@"; do
                 "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last_large}" 2>&1 | grep -v "^==PROF==" \
                 | tee -a "$OUT/ncu-cl-memory.txt" | tail -n 60
         done ;;
+    metrics)
+        metrics=gpu__time_duration.sum,smsp__inst_executed.sum,launch__registers_per_thread,launch__grid_size
+        metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
+        metrics+=,dram__bytes_read.sum,dram__bytes_write.sum,launch__occupancy_limit_registers
+        timeout 200 ncu --profile-from-start off -k regex:"${NCU_KERNELS:-gn_held}" --metrics "$metrics" \
+            "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-held}" 2>&1 | grep -v "^==PROF==" \
+            | sed 's/(const T1 \*.*) (/(/' | tee "$OUT/ncu-metrics.txt" | tail -n 80 ;;
     depth)
         nvcc -O3 -std=c++17 -arch=sm_90a -o "$OUT/stream_depth" benchmarks/micro/stream_depth.cu \
             && timeout 300 "$OUT/stream_depth" 2>&1 | tee "$OUT/stream-depth.txt"

@@ -142,6 +142,25 @@ struct ParamGradRef {
   }
 };
 
+// n / d for 0 <= n < 2^31 and a divisor 1 <= d < 2^31 fixed for a launch, as a multiply-high, an add and a
+// shift (the round-up method of Granlund and Montgomery: shift = ceil(log2 d), magic = floor(2^32 (2^shift - d) /
+// d) + 1 < 2^32; umulhi(n, magic) < n, so the add cannot wrap for n < 2^31). A 32-bit division by a runtime value
+// is ~20 instructions; the normalisation loops take one per vector to find its channel.
+struct FastDivisor {
+  uint32_t magic = 1, shift = 0;  // d = 1: (0 + n) >> 0
+
+  FastDivisor() = default;
+  explicit FastDivisor(int64_t d) {
+    TORCH_INTERNAL_ASSERT(d >= 1 && d < (int64_t(1) << 31), "FastDivisor: divisor out of range");
+    while ((int64_t(1) << shift) < d) ++shift;
+    magic = static_cast<uint32_t>((((uint64_t(1) << shift) - static_cast<uint64_t>(d)) << 32) /
+                                      static_cast<uint64_t>(d) + 1);
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return static_cast<int>((__umulhi(static_cast<uint32_t>(n), magic) + static_cast<uint32_t>(n)) >> shift);
+  }
+};
+
 // VEC elements of T moved as one 16-byte (or narrower) access.
 template <typename T, int VEC>
 struct alignas(sizeof(T) * VEC) Vec {

@@ -234,6 +234,28 @@ __device__ __forceinline__ void shifted_sums(const T* __restrict__ xs, I begin, 
   }
 }
 
+// Normalises one vector lying in one channel c (w[c], b[c]: its affine parameters; unused when !AFFINE).
+template <typename T, int VEC, bool AFFINE, typename Epi>
+__device__ __forceinline__ Vec<T, VEC> normalize_in_channel(const Vec<T, VEC>& v, int64_t c, ParamRef<T> w,
+                                                            ParamRef<T> b,
+                                                            const SliceNorm<typename Compute<T>::type>& n,
+                                                            const Epi& epi) {
+  using C = typename Compute<T>::type;
+  C a = n.rstd, shift = -n.mean_k * n.rstd;
+  if (AFFINE) {
+    a = n.rstd * w[c];
+    shift = b[c] - n.mean_k * a;
+  }
+  C z[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) z[k] = (static_cast<C>(v.v[k]) - n.K) * a + shift;
+  epi.apply(z);
+  Vec<T, VEC> out;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(z[k]);
+  return out;
+}
+
 // Normalises one vector whose first element is at slice offset j; element k is in channel (j + k) / HW.
 // `w`, `b` point at the group's first channel; unused when !AFFINE.
 template <typename T, typename I, int VEC, bool AFFINE, typename Epi>
@@ -378,7 +400,7 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w,
     ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t G, int channels_per_group, int HW, int D, int part,
-    double eps, Epi epi) {
+    double eps, FastDivisor hw, Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   // Built for pre-Hopper archs: clusters do not exist; the host only launches this with one CTA per slice.
   const int rank = 0, cluster_size = 1;
@@ -470,11 +492,14 @@ __global__ void __launch_bounds__(kResidentMaxThreads) gn_resident(
   // 3. normalise the part from shared memory (each thread reads back the vectors it wrote)
   const int64_t c0 = (slice % G) * channels_per_group;
   const bool channel_per_vec = (HW % VEC) == 0 && body_aligned;
+  const ParamRef<T> wg = AFFINE ? w + c0 : w, bg = AFFINE ? b + c0 : b;
   for (int j = begin + threadIdx.x * VEC; j < end; j += stride) {
     const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(buf + (j - begin));
-    store_vec_streaming<T, VEC>(ys + j, normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, channel_per_vec,
-                                                                            AFFINE ? w + c0 : w,
-                                                                            AFFINE ? b + c0 : b, n, epi));
+    // A vector in one channel finds it by a multiply-shift (hw), not a division.
+    store_vec_streaming<T, VEC>(ys + j, channel_per_vec
+                                            ? normalize_in_channel<T, VEC, AFFINE, Epi>(v, AFFINE ? hw.div(j) : 0, wg,
+                                                                                       bg, n, epi)
+                                            : normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, false, wg, bg, n, epi));
   }
   if (edge >= 0) {
     Vec<T, 1> v;
@@ -781,7 +806,8 @@ bool try_launch_resident(const Pointers<T>& p, const Problem& pr, bool automatic
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, p.w, p.b, p.mean, p.rstd, pr.G,
                                     static_cast<int>(pr.cpg), static_cast<int>(pr.HW), static_cast<int>(pr.D),
-                                    static_cast<int>(part), pr.eps, make_epilogue<Epi>(pr.act)));
+                                    static_cast<int>(part), pr.eps, FastDivisor(std::max<int64_t>(pr.HW, 1)),
+                                    make_epilogue<Epi>(pr.act)));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }

@@ -39,20 +39,55 @@ constexpr int kHeldAutoMaxRounds = 4;
 // CTAs per SM, each with an equal share of the SM's shared memory: 3 and 4 measured alike and 1-8% faster
 // than 2 where the input exceeds shared memory (more loads in flight per SM); 1 was 10-25% slower everywhere.
 constexpr int kHeldCtasPerSm = 3;
+// The register cap that lets kHeldCtasPerSm CTAs share an SM (80 per thread), except for bfloat16: its build needs
+// ~100, and capped at 80 it spilled (72 bytes of stack) and ran 18-20% slower at 3 CTAs per SM than uncapped at 2
+// ((1,256,256,256) and (1,128,8,128,128), H200, 2026-11-28); float16 (a 24-byte spill outside the loops) and
+// float32 run 3 per SM.
+template <typename T>
+constexpr int held_min_ctas_per_sm() {
+  return std::is_same_v<T, c10::BFloat16> ? 2 : kHeldCtasPerSm;
+}
+
+// The vectors of one thread in one item, as a count: thread t takes the item's vectors t, t + threads, ...; the
+// first `held` of them (k < held) are the ones with a place in shared memory. Loops over them go in batches of
+// kUnroll loads in flight, the last batch guarded.
+template <typename T, int VEC, typename Load, typename Use, typename Batch>
+__device__ __forceinline__ void held_batches(int k0, int k1, Load load, Use use, Batch batch_done) {
+  int k = k0;
+  for (; k + kUnroll <= k1; k += kUnroll) {
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load(k + u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) use(k + u, v[u]);
+    batch_done();
+  }
+  if (k < k1) {
+    Vec<T, VEC> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u < k1) v[u] = load(k + u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (k + u < k1) use(k + u, v[u]);
+    batch_done();
+  }
+}
 
 // One cooperative launch, kThreads threads per CTA, held_vecs * sizeof(Vec<T, VEC>) bytes of dynamic shared
 // memory. x, y: (slices, D) with D % VEC == 0 and 16-byte aligned bases; item = slice * splits + split covers
 // [split * chunk, min(D, (split + 1) * chunk)) of its slice, chunk a multiple of 32 * VEC. partial: (items, 2);
 // per_cta_fold: each CTA folds its own slices' partial sums (needs splits <= blockDim.x), else a CTA per slice
 // folds it once into norm (slices,) and the grid waits a second time. l2_first: items from it on are read
-// evict_last (unless held); < 0: no hints on items not held.
+// evict_last (unless held); < 0: no hints on items not held. hw: HW as a multiply-shift divisor.
+// Launch bounds: held_min_ctas_per_sm<T>() CTAs per SM must fit the registers.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-__global__ void __launch_bounds__(kThreads) gn_held(
+__global__ void __launch_bounds__(kThreads, held_min_ctas_per_sm<T>()) gn_held(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> b,
     typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
     double* __restrict__ partial, SliceNorm<typename Compute<T>::type>* __restrict__ norm, int64_t slices,
     int splits, int64_t G, int64_t cpg, int HW, int D, int chunk, int held_vecs, int64_t l2_first, double eps,
-    bool per_cta_fold, Epi epi) {
+    bool per_cta_fold, FastDivisor hw, Epi epi) {
   using C = typename Compute<T>::type;
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char gn_held_smem[];
@@ -67,52 +102,53 @@ __global__ void __launch_bounds__(kThreads) gn_held(
   const uint64_t first = l2_policy_evict_first(), last = l2_policy_evict_last(), normal = l2_policy_evict_normal();
   // The item of round r, and its slice: every thread of the CTA computes the same (block-uniform).
   auto item_of = [&](int r) { return static_cast<int64_t>(blockIdx.x) + r * ctas; };
-
-  // 1. Statistics. Vector k of this thread in round r (element begin + (tid + k * threads) * VEC of the item)
-  // has held index r * chunk_vecs + tid + k * threads; it stays in shared memory while that is < held_vecs.
-  for (int r = 0; r < rounds; ++r) {
-    const int64_t item = item_of(r), slice = item / splits;
-    const T* xs = x + slice * D;
-    const C K = static_cast<C>(xs[0]);
-    const int begin = static_cast<int>(item - slice * splits) * chunk;
+  // Vector k of this thread in round r: slice offset begin + tid * VEC + k * stride; shared-memory index
+  // r * chunk_vecs + tid + k * threads, held while that is < held_vecs, i.e. for k < held_count(r).
+  auto range_of = [&](int r, int64_t& slice, int& begin, int& count) {
+    const int64_t item = item_of(r);
+    slice = item / splits;
+    begin = static_cast<int>(item - slice * splits) * chunk;
     const int end = begin + chunk < D ? begin + chunk : D;
-    const uint64_t rest = l2_first < 0 ? normal : (item >= l2_first ? last : first);
+    const int left = end - begin - tid * VEC;
+    count = left > 0 ? (left + stride - 1) / stride : 0;
+  };
+  auto held_count = [&](int r, int count) {
+    const int room = held_vecs - r * chunk_vecs - tid;
+    const int n = room > 0 ? (room + threads - 1) / threads : 0;
+    return n < count ? n : count;
+  };
+
+  // 1. Statistics: the held vectors (read evict_first, stored to shared memory), then the others.
+  for (int r = 0; r < rounds; ++r) {
+    int64_t slice;
+    int begin, count;
+    range_of(r, slice, begin, count);
+    const int kept = held_count(r, count);
+    const T* xt = x + slice * D + begin + tid * VEC;
+    Vec<T, VEC>* ht = held + r * chunk_vecs + tid;
+    const C K = static_cast<C>(x[slice * D]);
+    const uint64_t rest = l2_first < 0 ? normal : (item_of(r) >= l2_first ? last : first);
     double s = 0, ss = 0;
-    int j = begin + tid * VEC, h = r * chunk_vecs + tid;
-    for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride, h += kUnroll * threads) {
-      Vec<T, VEC> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        v[u] = load_vec_hinted<T, VEC, true>(xs + j + u * stride, h + u * threads < held_vecs ? first : rest);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (h + u * threads < held_vecs) held[h + u * threads] = v[u];
-      C ls = 0, lss = 0;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) add_shifted<T, VEC>(v[u], K, ls, lss);
+    C ls = 0, lss = 0;
+    auto sum = [&](int, const Vec<T, VEC>& v) { add_shifted<T, VEC>(v, K, ls, lss); };
+    auto flush = [&] {  // a batch's float sums into double (the split plan's numerics)
       s += ls;
       ss += lss;
-    }
-    if (j < end) {  // fewer than kUnroll strides left: one batch of guarded loads
-      Vec<T, VEC> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end)
-          v[u] = load_vec_hinted<T, VEC, true>(xs + j + u * stride, h + u * threads < held_vecs ? first : rest);
-      C ls = 0, lss = 0;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (j + u * stride >= end) continue;
-        if (h + u * threads < held_vecs) held[h + u * threads] = v[u];
-        add_shifted<T, VEC>(v[u], K, ls, lss);
-      }
-      s += ls;
-      ss += lss;
-    }
+      ls = lss = 0;
+    };
+    held_batches<T, VEC>(
+        0, kept, [&](int k) { return load_vec_hinted<T, VEC, true>(xt + k * stride, first); },
+        [&](int k, const Vec<T, VEC>& v) {
+          ht[k * threads] = v;
+          sum(k, v);
+        },
+        flush);
+    held_batches<T, VEC>(
+        kept, count, [&](int k) { return load_vec_hinted<T, VEC, true>(xt + k * stride, rest); }, sum, flush);
     block_sum2(s, ss, scratch);
     if (tid == 0) {
-      partial[item * 2] = s;
-      partial[item * 2 + 1] = ss;
+      partial[item_of(r) * 2] = s;
+      partial[item_of(r) * 2 + 1] = ss;
     }
   }
   grid.sync();
@@ -173,42 +209,31 @@ __global__ void __launch_bounds__(kThreads) gn_held(
   }
   __syncthreads();
 
-  // 3. Normalise the CTA's items from its last round (read last: the likeliest in L2) to its first (held).
+  // 3. Normalise the CTA's items from its last round (read last: the likeliest in L2) to its first (held), in
+  // each the vectors re-read from global memory first, then the held ones.
   const bool channel_per_vec = HW % VEC == 0;  // items start at multiples of VEC: a vector lies in one channel
   for (int r = rounds - 1; r >= 0; --r) {
-    const int64_t item = item_of(r), slice = item / splits;
+    int64_t slice;
+    int begin, count;
+    range_of(r, slice, begin, count);
+    const int kept = held_count(r, count);
     const SliceNorm<C> nm = norms[r];
-    const T* xs = x + slice * D;
-    T* ys = y + slice * D;
+    const int j0 = begin + tid * VEC;  // slice offset of vector 0
+    const T* xt = x + slice * D + j0;
+    T* yt = y + slice * D + j0;
+    const Vec<T, VEC>* ht = held + r * chunk_vecs + tid;
     const int64_t c0 = (slice % G) * cpg;
     const ParamRef<T> wg = AFFINE ? w + c0 : w, bg = AFFINE ? b + c0 : b;
-    const int begin = static_cast<int>(item - slice * splits) * chunk;
-    const int end = begin + chunk < D ? begin + chunk : D;
-    int j = begin + tid * VEC, h = r * chunk_vecs + tid;
-    auto load = [&](int u) {
-      return h + u * threads < held_vecs ? held[h + u * threads]
-                                         : load_vec_hinted<T, VEC, true>(xs + j + u * stride, first);
+    auto store = [&](int k, const Vec<T, VEC>& v) {
+      const int j = j0 + k * stride;
+      store_vec_streaming<T, VEC>(yt + k * stride,
+                                  channel_per_vec
+                                      ? normalize_in_channel<T, VEC, AFFINE, Epi>(v, AFFINE ? hw.div(j) : 0, wg, bg, nm, epi)
+                                      : normalize_vec<T, int, VEC, AFFINE, Epi>(v, j, HW, false, wg, bg, nm, epi));
     };
-    for (; j + (kUnroll - 1) * stride < end; j += kUnroll * stride, h += kUnroll * threads) {
-      Vec<T, VEC> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = load(u);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        store_vec_streaming<T, VEC>(ys + j + u * stride, normalize_vec<T, int, VEC, AFFINE, Epi>(
-                                                             v[u], j + u * stride, HW, channel_per_vec, wg, bg, nm, epi));
-    }
-    if (j < end) {
-      Vec<T, VEC> v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end) v[u] = load(u);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j + u * stride < end)
-          store_vec_streaming<T, VEC>(ys + j + u * stride, normalize_vec<T, int, VEC, AFFINE, Epi>(
-                                                               v[u], j + u * stride, HW, channel_per_vec, wg, bg, nm, epi));
-    }
+    held_batches<T, VEC>(
+        kept, count, [&](int k) { return load_vec_hinted<T, VEC, true>(xt + k * stride, first); }, store, [] {});
+    held_batches<T, VEC>(0, kept, [&](int k) { return ht[k * threads]; }, store, [] {});
   }
 }
 
@@ -314,7 +339,7 @@ bool try_launch_held(const Pointers<T>& p, const Problem& pr, const at::TensorOp
                                     partial.data_ptr<double>(), norm_ptr, pr.slices, static_cast<int>(g.splits), pr.G,
                                     pr.cpg, static_cast<int>(pr.HW), static_cast<int>(pr.D), static_cast<int>(g.chunk),
                                     static_cast<int>(g.held_vecs), g.l2_first, pr.eps, !grid_finalize,
-                                    make_epilogue<Epi>(pr.act)));
+                                    FastDivisor(std::max<int64_t>(pr.HW, 1)), make_epilogue<Epi>(pr.act)));
   return true;
 }
 """
