@@ -39,8 +39,8 @@
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
 #   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last) for the kernels
 #              matching $NCU_KERNELS (default cl_, the channels-last ones; gn_held for --rows held): the summary
-#              sections to ncu-cl-summary.txt, per-SASS-instruction stall samples to ncu-cl-source.csv, per CUDA
-#              line to ncu-cl-lines.csv, summed by benchmarks/ncu_source_summary.py into ncu-cl-lines.txt
+#              sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv (tens of
+#              MB: sum it on the device before bringing it back)
 #   clmemory   DRAM bytes, L2 hit rate, occupancy and duration of the channels-last kernels over
 #              benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last_large), once per NAME=VALUE of
 #              $CL_MEMORY_SETTINGS (default: each forward plan, fused and three, forced)
@@ -156,9 +156,6 @@ for step in "$@"; do
         ncu --import "$OUT/ncu-cl.ncu-rep" --print-summary per-kernel > "$OUT/ncu-cl-summary.txt" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page details --csv > "$OUT/ncu-cl-details.csv" 2>&1
         ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-cl-source.csv" 2>&1
-        ncu --import "$OUT/ncu-cl.ncu-rep" --page source --print-source cuda --csv > "$OUT/ncu-cl-lines.csv" 2>&1
-        "$PYTHON" benchmarks/ncu_source_summary.py "$OUT/ncu-cl-lines.csv" --top 30 > "$OUT/ncu-cl-lines.txt" 2>&1
-        head -c 6000 "$OUT/ncu-cl-lines.txt"
         rm -f "$OUT/ncu-cl.ncu-rep"
         wc -c "$OUT"/ncu-cl-* ;;
     clmemory)
