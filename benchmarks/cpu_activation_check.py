@@ -13,6 +13,7 @@ bfloat16.
     python benchmarks/cpu_activation_check.py                 # every activation, every row
     python benchmarks/cpu_activation_check.py --quick         # SiLU and GELU on three rows
     python benchmarks/cpu_activation_check.py --threads 1 --activations silu,mish
+    python benchmarks/cpu_activation_check.py --rows 2,3 --activations tanh   # indices into ROWS
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ ROWS = [  # (shape, groups, dtype)
     ((2, 320, 64, 64), 32, torch.float32),
     ((1, 128, 128, 128), 32, torch.bfloat16),
     ((16, 256, 2, 2), 32, torch.float32),
+    ((8, 96, 3, 3), 32, torch.bfloat16),
     ((64, 64), 4, torch.float32),
     ((8, 1024), 4, torch.float32),
 ]
-QUICK_ROWS = ROWS[:1] + ROWS[2:4]
+QUICK_ROWS = ROWS[:1] + ROWS[2:3] + ROWS[4:5]
 
 
 def loop_us(fn, reps: int) -> float:
@@ -67,11 +69,14 @@ def main(argv=None) -> int:
     ap.add_argument("--activations", default="", help="comma-separated names (default: every one)")
     ap.add_argument("--quick", action="store_true", help="SiLU and GELU on three rows")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", default="", help="comma-separated row indices into ROWS (default: every row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = [n for n in args.activations.split(",") if n] or (["silu", "gelu"] if args.quick else
                                                                list(activations.ACTIVATIONS))
     rows = QUICK_ROWS if args.quick else ROWS
+    if args.rows:
+        rows = [ROWS[int(i)] for i in args.rows.split(",")]
     print(f"CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; us per call (medians of "
           f"{args.rounds} alternating loops); err: max abs error of the forward against float64")
     print("| row | activation | fwd ours | fwd eager | ours/eager | fwd+bwd ours | fwd+bwd eager | ours/eager | "

@@ -46,6 +46,7 @@ SHAPES = [
     ((5, 6), 3, torch.contiguous_format),
     ((2, 6, 7, 3), 6, torch.contiguous_format),
     ((2, 16, 48, 48), 4, torch.contiguous_format),  # CUDA: slices of 9216, a cluster per slice (resident plan)
+    ((3, 12, 2, 3), 4, torch.contiguous_format),  # channels of 6, shorter than a CPU vector in every dtype
 ]
 
 
@@ -149,6 +150,30 @@ def test_backward_low_precision(name, params, module, dtype, device):
         for what, a, e in zip(("grad_input", "grad_weight", "grad_bias"), ours, theirs):
             scale = 1 + e.abs().max().item()
             assert_close_report(a, e, tol * scale, tol, f"{name} {what} {shape} {memory_format}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name, params, module", ACTIVATIONS, ids=IDS)
+def test_backward_short_channels_cut_into_parts(name, params, module, dtype):
+    """CPU: one slice of 7000 channels of 5 elements on 3 threads. The backward cuts the slice into 3 parts (their
+    boundaries inside a channel) and computes dz = dy * act'(z) of channels shorter than a vector in runs of a few
+    thousand elements (run boundaries inside channels too) before the sums and grad_input."""
+    tol = {torch.float32: 1e-4, torch.bfloat16: 6e-2, torch.float64: 1e-9}[dtype]
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        shape = (1, 7000, 5)
+        x = _input(shape, dtype, torch.contiguous_format, "cpu", requires_grad=True)
+        w, b = _params(shape[1], dtype, "cpu", requires_grad=True)
+        grad = torch.randn(shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(dtype)
+        out = group_norm(x, 1, w, b, 1e-5, activation=name, activation_params=params)
+        ours = torch.autograd.grad(out, (x, w, b), grad)
+    finally:
+        torch.set_num_threads(before)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, b))
+    theirs = torch.autograd.grad(module(F.group_norm(xr, 1, wr, br, 1e-5)), (xr, wr, br), grad.double())
+    for what, a, e in zip(("grad_input", "grad_weight", "grad_bias"), ours, theirs):
+        assert_close_report(a, e, tol * (1 + e.abs().max().item()), tol, f"{name} {dtype} {what}")
 
 
 @pytest.mark.parametrize("name, params, module", ACTIVATIONS[:6], ids=IDS[:6])
