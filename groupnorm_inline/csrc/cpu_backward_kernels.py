@@ -108,6 +108,49 @@ void channel_grad_input_vectors(const T* x, const T* dy, T* dx, int64_t len, com
   }
 }
 
+// Sums of one channel of len < kWidth elements: sd = sum g (x - m), sb = sum g, sm = sum (x - m), with g the
+// gradient of the normalised value (dy without an activation, dz from a buffer with one; G: its type). float: one
+// whole vector first where the channel holds one (at most one), its lanes added by ATen's shuffle tree (double has
+// no SIMD form of it, see sum_lanes); then kShortLanes interleaved chains per sum (see kShortLanes), added pairwise.
+// The chains are indexed by compile-time constants only: a run-time index into them (a tail loop adding into
+// chain j) kept them in memory, each addition a store-to-load round trip.
+template <typename T, typename G>
+GN_CPU_INLINE void short_channel_sums(const T* x, const G* g, int64_t len, compute_t<T> m, compute_t<T>& sd,
+                                      compute_t<T>& sb, compute_t<T>& sm) {
+  using C = compute_t<T>;
+  C vd[kShortLanes] = {}, vb[kShortLanes] = {}, vm[kShortLanes] = {};
+  int64_t i = 0;
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<G, float>) {
+    using V = Vectorized<C>;
+    if (len >= V::size()) {
+      auto add = [](const V& u, const V& v) { return u + v; };
+      const V d = V::loadu(x) - V(m), gv = V::loadu(g);
+      vd[0] = at::vec::vec_reduce_all<C>(add, gv * d);
+      vb[0] = at::vec::vec_reduce_all<C>(add, gv);
+      vm[0] = at::vec::vec_reduce_all<C>(add, d);
+      i = V::size();
+    }
+  }
+  for (; i + kShortLanes <= len; i += kShortLanes) {
+    for (int j = 0; j < kShortLanes; ++j) {
+      const C d = static_cast<C>(x[i + j]) - m, gz = static_cast<C>(g[i + j]);
+      vd[j] += gz * d;
+      vb[j] += gz;
+      vm[j] += d;
+    }
+  }
+  C td = 0, tb = 0, tm = 0;  // the last < kShortLanes elements (a chain of their own: the lanes stay registers)
+  for (; i < len; ++i) {
+    const C d = static_cast<C>(x[i]) - m, gz = static_cast<C>(g[i]);
+    td += gz * d;
+    tb += gz;
+    tm += d;
+  }
+  sd = add_lanes(vd) + td;
+  sb = add_lanes(vb) + tb;
+  sm = add_lanes(vm) + tm;
+}
+
 // The two above with the short-channel case inlined into the caller's loop (see above): an out-of-line call
 // per channel of one to a few elements cost more than the channel's arithmetic ((64, 64) G4 and (256, 64) G8
 // float32 forward + backward 1.6-2.5x PyTorch's with the calls).
@@ -132,12 +175,7 @@ GN_CPU_INLINE void channel_sums(const T* x, const T* dy, int64_t len, compute_t<
         }
       });
     } else {
-      for (int64_t i = 0; i < len; ++i) {
-        const C d = static_cast<C>(x[i]) - m, g = static_cast<C>(dy[i]);
-        sd += g * d;
-        sb += g;
-        sm += d;
-      }
+      short_channel_sums(x, dy, len, m, sd, sb, sm);
     }
     out.ds += static_cast<double>(sd);
     out.db += static_cast<double>(sb);
@@ -217,6 +255,78 @@ struct BackwardArgs {
   double* db;
 };
 
+// dz = dy * act'(z) for elements [b, e) of one NCHW slice (xs, dys) of channels shorter than a pack, into
+// dz[0, e - b): z element by element (element i is in channel i / HW of the group: a = rstd * w[cl], bias[cl]; w,
+// bias: the group's, or null), then act' a pack at a time, in place.
+template <typename T>
+void short_channels_grad_z(const T* xs, const T* dys, int64_t b, int64_t e, int64_t HW, compute_t<T> m,
+                           compute_t<T> rstd, const compute_t<T>* w, const compute_t<T>* bias,
+                           const gn_act::Params& act, compute_t<T>* dz) {
+  using C = compute_t<T>;
+  constexpr int64_t W = Pack<T>::kWidth;
+  static_assert(Pack<C>::kWidth == W, "dz packs and data packs hold the same elements");
+  for (int64_t i = b; i < e;) {
+    const int64_t cl = i / HW, ce = std::min(e, (cl + 1) * HW);
+    const C a = rstd * (w ? w[cl] : C(1)), bc = bias ? bias[cl] : C(0);
+    for (; i < ce; ++i) dz[i - b] = (static_cast<C>(xs[i]) - m) * a + bc;
+  }
+  for (int64_t i = b; i < e; i += W) {
+    const int64_t cnt = std::min(W, e - i);
+    const Pack<T> dy = Pack<T>::load(dys + i, cnt);
+    (Pack<C>{dy.lo, dy.hi} * activation_derivative<C>(act, Pack<C>::load(dz + i - b, cnt))).store(dz + i - b, cnt);
+  }
+}
+
+// Both passes over NCHW slice s of channels shorter than a pack (1 < HW < kWidth), whole (one task per slice), as
+// straight-line code: the channels' sums (short_channel_sums) go straight into the ds / db outputs, the group's
+// coefficients follow, then dx. dz: D elements of scratch with an activation (its dz computed first, once).
+// Through the general per-item steps (a ChannelSums slot per channel, per-part lambdas, an integer division per
+// channel) the per-slice overhead dominated: (64, 64, 4, 4) and (64, 96, 3, 3) G32 float32 backward ~2x PyTorch's.
+template <typename T, bool kAct>
+void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz) {
+  using C = compute_t<T>;
+  const int64_t G = p.G, cpg = p.channels / G, HW = p.HW, D = cpg * HW, n = s / G, c0 = (s % G) * cpg;
+  const T* xs = p.x + s * D;
+  const T* dys = p.dy + s * D;
+  const C m = p.mean[s], rstd = p.rstd[s];
+  const C* w = p.w ? p.w + c0 : nullptr;
+  if constexpr (kAct) short_channels_grad_z(xs, dys, 0, D, HW, m, rstd, w, p.bias ? p.bias + c0 : nullptr, p.act, dz);
+  double* ds_out = p.ds + n * p.channels + c0;
+  double* db_out = p.db + n * p.channels + c0;
+  double dm = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    C sd, sb, sm;
+    if constexpr (kAct) short_channel_sums(xs + cl * HW, dz + cl * HW, HW, m, sd, sb, sm);
+    else short_channel_sums(xs + cl * HW, dys + cl * HW, HW, m, sd, sb, sm);
+    ds_out[cl] = static_cast<double>(sd);
+    db_out[cl] = static_cast<double>(sb);
+    dm += static_cast<double>(sm);
+  }
+  // As group_coefficients, with the sums already in ds_out / db_out.
+  const double dd = static_cast<double>(D), delta = dm / dd;
+  double S = 0, B = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const double wc = w ? static_cast<double>(w[cl]) : 1.0;
+    const double ds = ds_out[cl] - delta * db_out[cl];
+    ds_out[cl] = ds;
+    S += wc * ds;
+    B += wc * db_out[cl];
+  }
+  if (!p.dx) return;
+  const double r = static_cast<double>(rstd);
+  const double coef_x = -r * r * r * S / dd, coef_1 = -r * B / dd - coef_x * delta;
+  const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
+  T* dxs = p.dx + s * D;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const C a = rstd * (w ? w[cl] : C(1));
+    const int64_t o = cl * HW;
+    for (int64_t i = o; i < o + HW; ++i) {
+      const C g = kAct ? dz[i] : static_cast<C>(dys[i]);
+      dxs[i] = static_cast<T>(a * g + (cx * (static_cast<C>(xs[i]) - m) + c1));
+    }
+  }
+}
+
 template <typename T, bool kAct>
 void backward_nchw(const BackwardArgs<T>& p) {
   using C = compute_t<T>;
@@ -231,32 +341,20 @@ void backward_nchw(const BackwardArgs<T>& p) {
   // one-element-channel path, which needs neither).
   std::vector<ChannelSums> sums;
   std::vector<GroupCoefficients> coefs;
-  // Channels shorter than a pack with an activation (maps of 2x2 to 5x5 float32, (N, C) inputs cut into parts): dz
-  // = dy * act'(z) for a run [b, e) of slice s is computed into buf first, z element by element (element i is in
-  // channel i / HW of the group, each with its own rstd * w and bias), then act' a pack at a time in place; the
-  // channel sums and dx then read dz from buf. Element by element through libm (channel_sums' short case),
-  // (16, 256, 2, 2) G32 float32 + tanh forward + backward took 2.5x PyTorch's time, + Mish 3.1x, + ReLU 1.0-1.1x.
-  // Runs of at most kShortRun elements (8 KB of dz in float32, on the stack of the task).
+  // Channels shorter than a pack with an activation, in slices cut into parts (whole slices take
+  // backward_short_slice): dz = dy * act'(z) for a run [b, e) of the item is computed into buf first
+  // (short_channels_grad_z), in each pass; the channel sums and dx then read dz from buf. Element by element
+  // through libm (channel_sums' short case), (16, 256, 2, 2) G32 float32 + tanh forward + backward took 2.5x
+  // PyTorch's time, + Mish 3.1x, + ReLU 1.0-1.1x. Runs of at most kShortRun elements (8 KB of dz in float32, on
+  // the stack of the task).
   constexpr int64_t kPackWidth = Pack<T>::kWidth;
   constexpr int64_t kShortRun = 64 * kPackWidth;
   static_assert(Pack<C>::kWidth == kPackWidth, "dz packs and data packs hold the same elements");
   const bool short_act = kAct && HW < kPackWidth;
   auto short_grad_z = [&](int64_t s, int64_t b, int64_t e, C* buf) {
     const int64_t c0 = (s % G) * cpg;
-    const T* xs = p.x + s * D;
-    const T* dys = p.dy + s * D;
-    const C m = p.mean[s];
-    for (int64_t i = b; i < e;) {
-      const int64_t cl = i / HW, ce = std::min(e, (cl + 1) * HW);
-      const C a = a_of(s, c0 + cl), bc = bias_of(c0 + cl);
-      for (; i < ce; ++i) buf[i - b] = (static_cast<C>(xs[i]) - m) * a + bc;
-    }
-    for (int64_t i = b; i < e; i += kPackWidth) {
-      const int64_t cnt = std::min(kPackWidth, e - i);
-      const Pack<T> dy = Pack<T>::load(dys + i, cnt);
-      const Pack<C> dz = Pack<C>{dy.lo, dy.hi} * activation_derivative<C>(p.act, Pack<C>::load(buf + i - b, cnt));
-      dz.store(buf + i - b, cnt);
-    }
+    short_channels_grad_z(p.x + s * D, p.dy + s * D, b, e, HW, p.mean[s], p.rstd[s], p.w ? p.w + c0 : nullptr,
+                          p.bias ? p.bias + c0 : nullptr, p.act, buf);
   };
   auto short_sums = [&](int64_t it, int64_t b, int64_t e, const C* dz) {
     const int64_t s = it / parts;
@@ -322,13 +420,12 @@ void backward_nchw(const BackwardArgs<T>& p) {
                                   p.ds + n * p.channels + g * cpg, p.db + n * p.channels + g * cpg);
   };
   const bool stream = p.dx && stream_output<T>(p.N * p.channels * HW);
-  // dz_ready: buf still holds dz of the whole item (sums_of_item's, when the item fit one run).
-  auto grad_input_of_item = [&](int64_t it, C* buf, bool dz_ready) {
+  auto grad_input_of_item = [&](int64_t it, C* buf) {
     const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
     if (short_act) {
       for (int64_t b = lo; b < hi; b += kShortRun) {
         const int64_t e = std::min(hi, b + kShortRun);
-        if (!dz_ready) short_grad_z(s, b, e, buf);
+        short_grad_z(s, b, e, buf);
         short_grad_input(s, b, e, buf);
       }
       return;
@@ -414,6 +511,13 @@ void backward_nchw(const BackwardArgs<T>& p) {
     });
     return;
   }
+  if (HW > 1 && HW < kPackWidth && parts == 1) {  // channels shorter than a pack, slices whole
+    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+      std::vector<C> dz(kAct ? static_cast<size_t>(D) : 0);
+      for (int64_t s = first; s < last; ++s) backward_short_slice<T, kAct>(p, s, dz.data());
+    });
+    return;
+  }
   sums.resize(static_cast<size_t>(items * cpg));
   coefs.resize(static_cast<size_t>(slices));
   // Scratch of the short-channel path, per task (one element when that path cannot run).
@@ -424,7 +528,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
       for (int64_t s = first; s < last; ++s) {
         sums_of_item(s, buf);
         finish_slice(s);
-        if (p.dx) grad_input_of_item(s, buf, D <= kShortRun);
+        if (p.dx) grad_input_of_item(s, buf);
       }
     });
     return;
@@ -437,7 +541,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
   if (!p.dx) return;
   at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
     __at_align__ C buf[kScratch];
-    for (int64_t it = first; it < last; ++it) grad_input_of_item(it, buf, false);
+    for (int64_t it = first; it < last; ++it) grad_input_of_item(it, buf);
   });
 }
 
