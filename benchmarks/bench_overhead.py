@@ -41,9 +41,10 @@ import groupnorm_inline  # noqa: E402
 # (shape, num_groups): small enough that a call's kernels take a few microseconds at most on either device;
 # the last one has no trailing dims.
 SHAPES = [((2, 32, 4, 4), 8), ((1, 8, 2, 2), 2), ((8, 64), 4)]
-# --shapes short: inputs of many slices whose channels are shorter than one vector ((N, C) features, 2x2 maps),
-# where the per-channel and per-slice work, not the data, sets the CPU kernels' time.
-SHORT_CHANNEL_SHAPES = [((64, 64), 4), ((256, 64), 8), ((8, 1024), 4), ((16, 256, 2, 2), 32), ((64, 64, 2, 2), 4)]
+# --shapes short: inputs of many slices whose channels are shorter than one vector ((N, C) features, 2x2 to 5x5
+# maps), where the per-channel and per-slice work, not the data, sets the CPU kernels' time.
+SHORT_CHANNEL_SHAPES = [((64, 64), 4), ((256, 64), 8), ((8, 1024), 4), ((16, 256, 2, 2), 32), ((64, 64, 2, 2), 4),
+                        ((8, 96, 3, 3), 32), ((64, 96, 3, 3), 32), ((64, 64, 4, 4), 32), ((64, 64, 5, 5), 32)]
 MEASURES = ("fwd", "bwd", "fwd+bwd", "fwd no_grad")
 
 
