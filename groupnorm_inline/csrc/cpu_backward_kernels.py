@@ -386,15 +386,20 @@ void backward_nchw(const BackwardArgs<T>& p) {
       for (; i < ce; ++i) dxs[i] = static_cast<T>(a * dz[i - b] + (cx * (static_cast<C>(xs[i]) - m) + c1));
     }
   };
-  // buf: kShortRun elements of scratch (short_act only).
+  // The short-channel case of one pass over item it: runs [b, e) of at most kShortRun elements, the run's dz
+  // computed into buf (kShortRun elements of scratch) before step(b, e, dz) reads it.
+  auto for_each_short_run = [&](int64_t it, C* buf, auto step) {
+    const int64_t s = it / parts, hi = end_of(it);
+    for (int64_t b = begin_of(it); b < hi; b += kShortRun) {
+      const int64_t e = std::min(hi, b + kShortRun);
+      short_grad_z(s, b, e, buf);
+      step(b, e, static_cast<const C*>(buf));
+    }
+  };
   auto sums_of_item = [&](int64_t it, C* buf) {
     const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
     if (short_act) {
-      for (int64_t b = lo; b < hi; b += kShortRun) {
-        const int64_t e = std::min(hi, b + kShortRun);
-        short_grad_z(s, b, e, buf);
-        short_sums(it, b, e, buf);
-      }
+      for_each_short_run(it, buf, [&](int64_t b, int64_t e, const C* dz) { short_sums(it, b, e, dz); });
       return;
     }
     const T* xs = p.x + s * D;
@@ -423,11 +428,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
   auto grad_input_of_item = [&](int64_t it, C* buf) {
     const int64_t s = it / parts, g = s % G, lo = begin_of(it), hi = end_of(it);
     if (short_act) {
-      for (int64_t b = lo; b < hi; b += kShortRun) {
-        const int64_t e = std::min(hi, b + kShortRun);
-        short_grad_z(s, b, e, buf);
-        short_grad_input(s, b, e, buf);
-      }
+      for_each_short_run(it, buf, [&](int64_t b, int64_t e, const C* dz) { short_grad_input(s, b, e, dz); });
       return;
     }
     const GroupCoefficients& k = coefs[s];
@@ -520,19 +521,19 @@ void backward_nchw(const BackwardArgs<T>& p) {
   }
   sums.resize(static_cast<size_t>(items * cpg));
   coefs.resize(static_cast<size_t>(slices));
-  // Scratch of the short-channel path, per task (one element when that path cannot run).
-  constexpr int64_t kScratch = kAct ? kShortRun : 1;
-  if (parts == 1) {
+  if (parts == 1) {  // whole slices of channels a pack or longer (shorter ones took the paths above): no scratch
+    TORCH_INTERNAL_ASSERT(!short_act);
     at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
-      __at_align__ C buf[kScratch];
       for (int64_t s = first; s < last; ++s) {
-        sums_of_item(s, buf);
+        sums_of_item(s, nullptr);
         finish_slice(s);
-        if (p.dx) grad_input_of_item(s, buf);
+        if (p.dx) grad_input_of_item(s, nullptr);
       }
     });
     return;
   }
+  // Slices cut into parts: scratch of the short-channel path, per task (one element when that path cannot run).
+  constexpr int64_t kScratch = kAct ? kShortRun : 1;
   at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
     __at_align__ C buf[kScratch];
     for (int64_t it = first; it < last; ++it) sums_of_item(it, buf);
