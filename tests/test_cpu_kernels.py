@@ -192,6 +192,26 @@ def test_few_slices_many_threads(shape, groups, memory_format, dtype, num_thread
     check_backward_cpu(x, groups, w, b, "gelu", what)
 
 
+# NCHW slices of at most 2048 elements take their statistics in batches of up to 16 slices (fewer as slices grow:
+# at most 16 KB of data per batch), the batch's last one often partial. (shape, groups): 111 slices of 18, 37 of
+# 60 (3 channels of 20), 6 of exactly 2048 (a batch of 2 float32 / 4 bfloat16 slices), 7 of 2049 (one slice at a
+# time, past the block).
+BATCHED_STAT_SHAPES = [((37, 6, 3, 3), 3), ((37, 3, 4, 5), 1), ((3, 4, 1024), 2), ((7, 1, 2049), 1)]
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", BATCHED_STAT_SHAPES, ids=str)
+def test_many_small_slices_batched_statistics(shape, groups, dtype, num_threads, threads, poisoned_outputs):
+    threads(num_threads)
+    x = _input(shape, dtype, mean=-3.0, std=0.7, seed=num_threads)
+    w, b = _params(shape[1], dtype, True)
+    what = f"{shape} G={groups} {dtype} {num_threads} threads"
+    check_forward_cpu(x, groups, w, b, "none", what)
+    check_forward_cpu(x, groups, w, b, "silu", what)
+    check_forward_cpu(x, groups, None, None, "none", what + " no affine")
+
+
 @pytest.mark.parametrize("num_threads", [1, 3])
 def test_thread_count_does_not_change_results_much(num_threads, threads):
     """The same input split into different parts: results agree to the float32 tolerance (the merge is exact up
@@ -210,6 +230,7 @@ def test_thread_count_does_not_change_results_much(num_threads, threads):
 @pytest.mark.parametrize("offset, scale", [(1e4, 1.0), (-1e4, 1.0), (100.0, 0.01)], ids=str)
 @pytest.mark.parametrize("shape, groups, memory_format", [
     ((2, 8, 33, 31), 4, torch.contiguous_format),
+    ((37, 6, 3, 3), 3, torch.contiguous_format),      # 111 slices of 18: statistics in batches of 16
     ((1, 2, 128, 160), 1, torch.contiguous_format),   # one slice: cut into parts at 2 threads
     ((2, 8, 33, 31), 4, torch.channels_last),
     ((1, 72, 25, 23), 8, torch.channels_last),       # whole chunks, several column tiles, an odd tail

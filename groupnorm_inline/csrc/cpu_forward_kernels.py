@@ -204,6 +204,36 @@ void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b
   auto wg = [&](int64_t s) { return w ? w + (s % G) * cpg : nullptr; };
   auto bg = [&](int64_t s) { return b ? b + (s % G) * cpg : nullptr; };
   const int64_t parts = split_parts(slices, D, kMinPartElements);
+  if (parts == 1 && D <= kBlock) {
+    // Slices of one block of sums, up to kStatBatch at a time (at most kStatBatchBytes of data, which stays in
+    // L1 for the normalisation): the sums of each, then the batch's statistics as vectors, then the
+    // normalisation of each. One slice at a time, each slice's statistics ended in a dependent chain of four
+    // double divisions and a square root that the next slice's work queued behind (perf: a third of the
+    // forward's samples at (64, 64, 4, 4) G32 float32, 2048 slices of 32 elements).
+    constexpr int64_t kStatBatchBytes = 16384;
+    const int64_t batch = std::clamp<int64_t>(kStatBatchBytes / (D * static_cast<int64_t>(sizeof(T))), 1, kStatBatch);
+    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+      __at_align__ double pivot[kStatBatch] = {}, s1[kStatBatch] = {}, s2[kStatBatch] = {};
+      __at_align__ double mean[kStatBatch], rstd[kStatBatch];
+      for (int64_t s0 = first; s0 < last; s0 += batch) {
+        const int64_t count = std::min(batch, last - s0);
+        for (int64_t j = 0; j < count; ++j) {
+          const T* xs = x + (s0 + j) * D;
+          const C pv = static_cast<C>(xs[0]);
+          pivot[j] = static_cast<double>(pv);
+          block_sums(xs, D, pv, s1[j], s2[j]);
+        }
+        batch_statistics(pivot, s1, s2, static_cast<double>(D), eps, mean, rstd);
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t s = s0 + j;
+          mean_out[s] = static_cast<C>(mean[j]);
+          rstd_out[s] = static_cast<C>(rstd[j]);
+          normalize_slice_range(x + s * D, y + s * D, 0, D, HW, wg(s), bg(s), mean[j], rstd[j], ep);
+        }
+      }
+    });
+    return;
+  }
   if (parts == 1) {
     at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
       for (int64_t s = first; s < last; ++s) {

@@ -419,17 +419,16 @@ GN_CPU_INLINE C add_lanes(const C (&v)[kShortLanes]) {
 // float sums keep ~1e-7 relative accuracy; the fold costs ~1% of the loop.
 constexpr int64_t kBlock = 2048;
 
-// Adds the len elements at x to m. Each block's pivot is the running mean (the first element for the first
-// block), so |x - pivot| is of the order of the spread of the data and the float sums do not cancel.
+// Shifted sums of one block of 0 < len <= kBlock elements about pivot: s1 = sum (x - pivot), s2 = sum (x - pivot)^2,
+// in the compute type, returned in double.
 template <typename T>
-inline void run_moments(const T* x, int64_t len, Moments& m) {
+GN_CPU_INLINE void block_sums(const T* x, int64_t len, compute_t<T> pivot, double& s1, double& s2) {
   using P = Pack<T>;
   using C = compute_t<T>;
   constexpr int64_t W = P::kWidth;
-  if (len > 0 && len < W) {
+  if (len < W) {
     // Shorter than one pack ((N, C) inputs: a slice of C/G values): element by element, since a masked load
     // copies through a buffer (one out-of-line call per load with AVX-512) and costs more than the sums.
-    const C pivot = m.n > 0 ? static_cast<C>(m.mean) : static_cast<C>(x[0]);
     C v1[kShortLanes] = {}, v2[kShortLanes] = {};
     int64_t i = 0;
     for (; i + kShortLanes <= len; i += kShortLanes) {
@@ -445,28 +444,56 @@ inline void run_moments(const T* x, int64_t len, Moments& m) {
       t1 += d;
       t2 += d * d;
     }
-    const C s1 = add_lanes(v1) + t1, s2 = add_lanes(v2) + t2;
-    m.merge_shifted(static_cast<double>(len), static_cast<double>(pivot), static_cast<double>(s1),
-                    static_cast<double>(s2));
+    s1 = static_cast<double>(add_lanes(v1) + t1);
+    s2 = static_cast<double>(add_lanes(v2) + t2);
     return;
   }
+  const P k = P::broadcast(pivot);
+  P v1 = P::broadcast(C(0)), v2 = v1;
+  int64_t i = 0;
+  for (; i + W <= len; i += W) {
+    const P d = P::load(x + i) - k;
+    v1 = v1 + d;
+    v2 = fmadd(d, d, v2);
+  }
+  if (i < len) {
+    const P d = (P::load(x + i, len - i) - k).first(len - i);
+    v1 = v1 + d;
+    v2 = fmadd(d, d, v2);
+  }
+  s1 = sum_lanes(v1);
+  s2 = sum_lanes(v2);
+}
+
+// Adds the len elements at x to m. Each block's pivot is the running mean (the first element for the first
+// block), so |x - pivot| is of the order of the spread of the data and the float sums do not cancel.
+template <typename T>
+inline void run_moments(const T* x, int64_t len, Moments& m) {
+  using C = compute_t<T>;
   for (int64_t start = 0; start < len; start += kBlock) {
     const int64_t end = std::min(len, start + kBlock);
     const C pivot = m.n > 0 ? static_cast<C>(m.mean) : static_cast<C>(x[start]);
-    const P k = P::broadcast(pivot);
-    P s1 = P::broadcast(C(0)), s2 = s1;
-    int64_t i = start;
-    for (; i + W <= end; i += W) {
-      const P d = P::load(x + i) - k;
-      s1 = s1 + d;
-      s2 = fmadd(d, d, s2);
-    }
-    if (i < end) {
-      const P d = (P::load(x + i, end - i) - k).first(end - i);
-      s1 = s1 + d;
-      s2 = fmadd(d, d, s2);
-    }
-    m.merge_shifted(static_cast<double>(end - start), static_cast<double>(pivot), sum_lanes(s1), sum_lanes(s2));
+    double s1, s2;
+    block_sums(x + start, end - start, pivot, s1, s2);
+    m.merge_shifted(static_cast<double>(end - start), static_cast<double>(pivot), s1, s2);
+  }
+}
+
+// Statistics of up to kStatBatch sets of len values, each given by its shifted sums about its pivot (block_sums),
+// as double vectors: mean = pivot + s1 / len, rstd = 1 / sqrt(max(s2 - s1^2 / len, 0) / len + eps) (what
+// Moments::merge_shifted and rstd give, a division by len taken as a product with 1 / len). The arrays hold
+// kStatBatch entries; lanes at or past count are computed from whatever they hold and not used.
+constexpr int64_t kStatBatch = 16;
+inline void batch_statistics(const double* pivot, const double* s1, const double* s2, double len, double eps,
+                             double* mean, double* rstd) {
+  using V = Vectorized<double>;
+  static_assert(kStatBatch % V::size() == 0, "whole vectors of statistics");
+  const V inv(1.0 / len), veps(eps), zero(0.0), one(1.0);
+  for (int64_t j = 0; j < kStatBatch; j += V::size()) {
+    const V a = V::loadu(s1 + j), d = a * inv;
+    (V::loadu(pivot + j) + d).store(mean + j);
+    const V m2 = at::vec::maximum(V::loadu(s2 + j) - a * d, zero);
+    (one / (m2 * inv + veps).sqrt()).store(rstd + j);
   }
 }
 
