@@ -17,6 +17,7 @@ microseconds per call. Ours and eager are first checked to agree (output and gra
     python benchmarks/bench_overhead.py --device cuda --calls 5000
     python benchmarks/bench_overhead.py --device cpu --threads 2   # the CPU kernels on two threads
     python benchmarks/bench_overhead.py --device cpu --shapes short # many slices of channels of 1-4 elements
+    python benchmarks/bench_overhead.py --device cpu --shapes short --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ SHAPES = [((2, 32, 4, 4), 8), ((1, 8, 2, 2), 2), ((8, 64), 4)]
 SHORT_CHANNEL_SHAPES = [((64, 64), 4), ((256, 64), 8), ((8, 1024), 4), ((16, 256, 2, 2), 32), ((64, 64, 2, 2), 4),
                         ((8, 96, 3, 3), 32), ((64, 96, 3, 3), 32), ((64, 64, 4, 4), 32), ((64, 64, 5, 5), 32)]
 MEASURES = ("fwd", "bwd", "fwd+bwd", "fwd no_grad")
+# How closely ours and eager must agree (atol = rtol) before anything is timed: both round their results to the
+# dtype, from float32 (float64) arithmetic, so 16-bit results may differ by a few units in the last place.
+AGREEMENT_TOL = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 1e-1, "float16": 2e-2}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -59,6 +63,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "keeps other processes' load from stretching the CPU kernels' parallel regions)")
     parser.add_argument("--shapes", choices=("tiny", "short"), default="tiny",
                         help="tiny: the host-overhead shapes (default); short: many slices of short channels")
+    parser.add_argument("--dtype", choices=tuple(AGREEMENT_TOL), default="float32",
+                        help="the input's and the parameters' dtype (default float32)")
     return parser.parse_args(argv)
 
 
@@ -71,14 +77,15 @@ def loop_time_us(call: Callable[[], object], synchronize: Callable[[], None], ca
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def measure_modules(modules: dict, shape, device: torch.device, calls: int, rounds: int) -> dict:
+def measure_modules(modules: dict, shape, device: torch.device, calls: int, rounds: int,
+                    dtype: torch.dtype = torch.float32) -> dict:
     """{provider: {measure: us per call}} for GroupNorm modules on an input of `shape`.
 
     The providers' loops alternate round by round, so a burst of load from other processes on the machine
     falls on both alike; each figure is the median of its `rounds` loops.
     """
-    x = torch.randn(shape, device=device, requires_grad=True)
-    dy = torch.randn(shape, device=device)
+    x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+    dy = torch.randn(shape, device=device, dtype=dtype)
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     calls_of = {}
     for provider, module in modules.items():
@@ -110,37 +117,39 @@ def measure_modules(modules: dict, shape, device: torch.device, calls: int, roun
     return times
 
 
-def check_same_result(ours: torch.nn.Module, eager: torch.nn.Module, shape, device: torch.device) -> None:
-    """Ours and eager agree (output and the three gradients) before anything is timed."""
-    x = torch.randn(shape, device=device, requires_grad=True)
-    dy = torch.randn(shape, device=device)
+def check_same_result(ours: torch.nn.Module, eager: torch.nn.Module, shape, device: torch.device,
+                      dtype: torch.dtype = torch.float32) -> None:
+    """Ours and eager agree (output and the three gradients, AGREEMENT_TOL) before anything is timed."""
+    x = torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+    dy = torch.randn(shape, device=device, dtype=dtype)
+    tol = AGREEMENT_TOL[str(dtype).removeprefix("torch.")]
     results = []
     for module in (ours, eager):
         out = module(x)
         results.append((out, *torch.autograd.grad(out, (x, module.weight, module.bias), dy)))
     for name, got, ref in zip(("output", "grad input", "grad weight", "grad bias"), *results):
-        if not torch.allclose(got, ref, atol=1e-4, rtol=1e-4):
+        if not torch.allclose(got.double(), ref.double(), atol=tol, rtol=tol):
             raise SystemExit(f"{name} of ours differs from nn.GroupNorm at {shape} on {device}: max abs error "
                              f"{(got - ref).abs().max().item():.3g}")
 
 
-def run_device(device: torch.device, calls: int, rounds: int, shapes=SHAPES) -> None:
+def run_device(device: torch.device, calls: int, rounds: int, shapes=SHAPES, dtype: torch.dtype = torch.float32) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"\n{name} ({device}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
+    print(f"\n{name} ({device}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {dtype}; "
           f"us per call, median of {rounds} loops of {calls} calls")
     header = f"{'shape':<18} {'G':>3}  {'measure':<12} {'ours':>9} {'eager':>9} {'ours/eager':>11}"
     print(header)
     print("-" * len(header))
     for shape, groups in shapes:
         torch.manual_seed(0)
-        ours = groupnorm_inline.GroupNorm(groups, shape[1]).to(device)
-        eager = torch.nn.GroupNorm(groups, shape[1]).to(device)
+        ours = groupnorm_inline.GroupNorm(groups, shape[1]).to(device, dtype)
+        eager = torch.nn.GroupNorm(groups, shape[1]).to(device, dtype)
         with torch.no_grad():  # the same parameters, neither the identity
             for p, q in zip(ours.parameters(), eager.parameters()):
                 p.copy_(torch.randn_like(p))
                 q.copy_(p)
-        check_same_result(ours, eager, shape, device)
-        times = measure_modules({"ours": ours, "eager": eager}, shape, device, calls, rounds)
+        check_same_result(ours, eager, shape, device, dtype)
+        times = measure_modules({"ours": ours, "eager": eager}, shape, device, calls, rounds, dtype)
         for measure in MEASURES:
             a, b = times["ours"][measure], times["eager"][measure]
             print(f"{str(tuple(shape)):<18} {groups:>3}  {measure:<12} {a:>9.1f} {b:>9.1f} {a / b:>10.2f}x")
@@ -157,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit("--device cuda: no GPU is visible")
         devices.append(torch.device("cuda"))
     for device in devices:
-        run_device(device, args.calls, args.rounds, SHORT_CHANNEL_SHAPES if args.shapes == "short" else SHAPES)
+        run_device(device, args.calls, args.rounds, SHORT_CHANNEL_SHAPES if args.shapes == "short" else SHAPES,
+                   getattr(torch, args.dtype))
 
 
 if __name__ == "__main__":

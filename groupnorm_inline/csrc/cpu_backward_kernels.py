@@ -350,23 +350,6 @@ GN_CPU_INLINE __m512 fold_eight(const __m512* v) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), f);
 }
 
-// 16-lane float vectors of float32, bfloat16 or float16 data: the lanes in `mask` loaded (the others 0) or stored
-// (rounded to nearest even, as at::vec's conversions, whose float -> 16-bit helpers the stores use).
-GN_CPU_INLINE __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
-GN_CPU_INLINE __m512 load16(const c10::BFloat16* p, __mmask16 mask) {  // the bits, 16 places up: exact
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
-}
-GN_CPU_INLINE __m512 load16(const c10::Half* p, __mmask16 mask) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-}
-GN_CPU_INLINE void store16(float* p, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(p, mask, v); }
-GN_CPU_INLINE void store16(c10::BFloat16* p, __mmask16 mask, __m512 v) {
-  _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_bf16(v));
-}
-GN_CPU_INLINE void store16(c10::Half* p, __mmask16 mask, __m512 v) {
-  _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_fp16(v));
-}
-
 // Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels shorter than a pack (1 < HW < 32), no activation, 16 channels (rows of
 // HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by channel, the per-channel sums of a
 // few elements left most of each vector's lanes idle and cost a horizontal reduction per sum per channel:

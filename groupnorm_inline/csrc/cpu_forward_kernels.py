@@ -90,17 +90,35 @@ inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> m, compute
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-// Float elements [i, hi) of an NCHW slice of channels shorter than 16 elements (HW < 16), 16 at a time: lane l of
-// the vector at element i belongs to channel (i + l) / HW = c0 + (r + l) / HW, c0 = i / HW, r = i % HW. The 16
-// channels' a = rstd * w (in double, then rounded, as the scalar loop does) and shifts from c0 on are loaded
-// (masked to the range's channels) and spread to the lanes by one permute each. (r + l) / HW < 31 / 1 is taken
-// as a float product with 1 / HW enlarged by 1e-6: exact multiples stay at or above their quotient, the others
-// are at least 1/15 below the next integer, so truncation gives the quotient. Same arithmetic per element as the
-// scalar loop: fma(x - m, a, shift). Returns the first element not done (fewer than 16 left). The scalar loop
-// takes ~3 cycles an element: half of our whole forward at (16, 256, 2, 2) G32 float32, one thread.
-inline int64_t normalize_short_channels_avx512(const float* xs, float* ys, int64_t i, int64_t hi, int64_t HW,
+// 16-lane float vectors of float32, bfloat16 or float16 data: the lanes in `mask` loaded (the others 0) or stored
+// (rounded to nearest even, as at::vec's conversions, whose float -> 16-bit helpers the stores use).
+GN_CPU_INLINE __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+GN_CPU_INLINE __m512 load16(const c10::BFloat16* p, __mmask16 mask) {  // the bits, 16 places up: exact
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+}
+GN_CPU_INLINE __m512 load16(const c10::Half* p, __mmask16 mask) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+}
+GN_CPU_INLINE void store16(float* p, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(p, mask, v); }
+GN_CPU_INLINE void store16(c10::BFloat16* p, __mmask16 mask, __m512 v) {
+  _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_bf16(v));
+}
+GN_CPU_INLINE void store16(c10::Half* p, __mmask16 mask, __m512 v) {
+  _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_fp16(v));
+}
+
+// Elements [i, hi) of an NCHW slice (float32, bfloat16 or float16 data) of channels shorter than a pack (HW < 32),
+// 16 at a time (the last vector masked): lane l of the vector at element i belongs to channel (i + l) / HW =
+// c0 + (r + l) / HW, c0 = i / HW, r = i % HW. The 16 channels' a = rstd * w (in double, then rounded, as the
+// scalar loop does) and shifts from c0 on are loaded (masked to the range's channels) and spread to the lanes by
+// one permute each. (r + l) / HW < 31 / 1 is taken as a float product with 1 / HW enlarged by 1e-6: exact multiples
+// stay at or above their quotient, the others are at least 1/31 below the next integer, so truncation gives the
+// quotient. Same arithmetic per element as the scalar loop: fma(x - m, a, shift). Returns hi. The scalar loop
+// takes ~3 cycles an element (float32; more with conversions): half of our whole forward at (16, 256, 2, 2) G32
+// float32, one thread; bfloat16 (64, 64, 4, 4) and (64, 64, 5, 5) G32 forward took 1.2-1.3x PyTorch's time.
+template <typename T>
+inline int64_t normalize_short_channels_avx512(const T* xs, T* ys, int64_t i, int64_t hi, int64_t HW,
                                                const float* w, const float* b, float m, double rstd) {
-  if (hi - i < 16) return i;
   const int64_t channels_end = (hi - 1) / HW + 1;
   const __m512 vm = _mm512_set1_ps(m), ones = _mm512_set1_ps(1.0f), zeros = _mm512_setzero_ps();
   const __m512 inv_hw = _mm512_set1_ps(static_cast<float>((1.0 + 1e-6) / static_cast<double>(HW)));
@@ -108,7 +126,8 @@ inline int64_t normalize_short_channels_avx512(const float* xs, float* ys, int64
   const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   int64_t c0 = i / HW, r = i - c0 * HW;
   const int64_t dc = 16 / HW, dr = 16 % HW;
-  for (; i + 16 <= hi; i += 16) {
+  for (; i < hi; i += 16) {
+    const __mmask16 in_range = static_cast<__mmask16>(hi - i >= 16 ? 0xffffu : (1u << (hi - i)) - 1u);
     const int64_t count = std::min<int64_t>(16, channels_end - c0);
     const __mmask16 mask = static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
     const __m512 wv = w ? _mm512_maskz_loadu_ps(mask, w + c0) : ones;
@@ -122,7 +141,7 @@ inline int64_t normalize_short_channels_avx512(const float* xs, float* ys, int64
     const __m512i offset = _mm512_add_epi32(lanes, _mm512_set1_epi32(static_cast<int>(r)));
     const __m512i idx = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_cvtepi32_ps(offset), inv_hw));
     const __m512 a = _mm512_permutexvar_ps(idx, a_ch), shift = _mm512_permutexvar_ps(idx, b_ch);
-    _mm512_storeu_ps(ys + i, _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(xs + i), vm), a, shift));
+    store16(ys + i, in_range, _mm512_fmadd_ps(_mm512_sub_ps(load16(xs + i, in_range), vm), a, shift));
     c0 += dc;
     r += dr;
     if (r >= HW) {
@@ -130,7 +149,7 @@ inline int64_t normalize_short_channels_avx512(const float* xs, float* ys, int64
       ++c0;
     }
   }
-  return i;
+  return hi;
 }
 #endif
 
@@ -169,9 +188,9 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
       }
       return;
     } else {
-      // float32 on AVX-512 builds: 16 elements a step first, the scalar loop finishing the last < 16.
+      // float32 and 16-bit data on AVX-512 builds: 16 elements a step (the scalar loop then has nothing left).
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-      if constexpr (std::is_same_v<T, float>) lo = normalize_short_channels_avx512(xs, ys, lo, hi, HW, w, b, m, rstd);
+      if constexpr (std::is_same_v<C, float>) lo = normalize_short_channels_avx512(xs, ys, lo, hi, HW, w, b, m, rstd);
 #endif
       int64_t cl = lo / HW, next = (cl + 1) * HW;
       C a = scale_of(cl), sh = b ? b[cl] : C(0);
