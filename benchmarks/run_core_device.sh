@@ -23,6 +23,9 @@
 #   host       benchmarks/host_overhead.py: host time per call, piece by piece, of the small training rows
 #   overhead   benchmarks/bench_overhead.py on the CPU and the GPU: host time per call of ours against
 #              nn.GroupNorm at tiny shapes; with $BASELINE, the baseline's too
+#   cputests   this machine's CPU: pytest -m "not cuda" of the CPU kernels' tests (tests/test_cpu_kernels.py,
+#              test_backward.py, test_activations.py) on the build of the other steps, then bench_overhead.py
+#              --shapes short (float32 and bfloat16, the host's threads capped at $CPU_THREADS, default 2)
 #   apitests   pytest (CPU and CUDA cases) of the Python entry and the operators' contract: errors, opcheck,
 #              torch.compile, functional and module tests
 #   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
@@ -115,6 +118,15 @@ for step in "$@"; do
             (cd "$BASELINE" && timeout 200 "${baseline_env[@]}" "$PYTHON" benchmarks/bench_overhead.py --device all) \
                 2>&1 | tee "$OUT/bench-overhead-baseline.txt" | grep -v "^\[groupnorm"
         fi ;;
+    cputests)
+        timeout 300 "$PYTHON" -m pytest tests/test_cpu_kernels.py tests/test_backward.py tests/test_activations.py \
+            -m "not cuda" -q -p no:cacheprovider --tb=short 2>&1 | tail -n 30 | tee "$OUT/pytest-cpu.txt"
+        lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: ... avx512f .../' \
+            | tee "$OUT/cpu-model.txt"
+        for dt in float32 bfloat16; do
+            timeout 150 "$PYTHON" benchmarks/bench_overhead.py --device cpu --shapes short --dtype $dt \
+                --threads "${CPU_THREADS:-2}" --calls 300 2>&1 | grep -v "^\[groupnorm" | tee -a "$OUT/bench-short-cpu.txt"
+        done ;;
     apitests)
         timeout 400 "$PYTHON" -m pytest tests/test_errors.py tests/test_opcheck.py tests/test_compile.py \
             tests/test_functional.py tests/test_module.py -q -p no:cacheprovider --tb=short 2>&1 | tail -n 30 \
