@@ -97,11 +97,12 @@ def test_forward(shape, groups, memory_format, name, params, module, dtype, devi
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("name", ["silu", "sigmoid", "mish"])
+@pytest.mark.parametrize("name", ["silu", "sigmoid", "mish", "tanh", "gelu_tanh"])
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
 def test_forward_far_tails(memory_format, name, dtype, device):
     """z from -120 to +120 (biases of +-40, +-100): the sigmoid's exponential overflows to inf (z < -88) and
-    flushes to 0 (z > 87) in float; the results must still be 0-ish and z there, as PyTorch's."""
+    flushes to 0 (z > 87) in float, and tanh saturates (the CPU's float tanh is a rational of z clamped to
+    |z| <= 7.9, +-1 from |z| = 9 on); the results must still be 0-ish, z or +-1 there, as PyTorch's."""
     shape = (2, 8, 24, 24)
     x = _input(shape, dtype, memory_format, device)
     w = torch.full((8,), 6.0, dtype=dtype, device=device)
@@ -112,6 +113,24 @@ def test_forward_far_tails(memory_format, name, dtype, device):
     # |z| up to ~120: the normalised value's own error scales with |w| and |b|, so the tolerance does too.
     assert_close_report(out, _reference(x, 2, w, b, 1e-5, module), 100 * atol, 2 * rtol, f"{name} far tails")
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_tanh_special_values(dtype, device):
+    """tanh of z = bias (weight 0): +-inf -> +-1 exactly, NaN stays NaN, tiny values and signed zeros as they
+    are, and the values around the float rational's clamp (7.9) and saturation (9) as torch.tanh's."""
+    values = [float("nan"), float("inf"), -float("inf"), 1e-30, -1e-30, -3e-4, 7.0, -7.9, 8.5, -9.0, 12.0, 0.5]
+    b = torch.tensor(values * 2, dtype=dtype, device=device)
+    x = _input((2, 24, 3, 5), dtype, torch.contiguous_format, device)
+    out = group_norm(x, 4, torch.zeros(24, dtype=dtype, device=device), b, 1e-5, activation="tanh")
+    expected = torch.tanh(b.double()).to(dtype).view(1, 24, 1, 1).expand_as(out)
+    assert torch.isnan(out[:, 0::12]).all(), "tanh(NaN)"
+    finite = ~torch.isnan(expected)
+    atol = {torch.float32: 3e-7, torch.bfloat16: 8e-3, torch.float64: 1e-15}[dtype]  # bfloat16: one ulp near 1
+    assert_close_report(out[finite], expected[finite], atol, 0.0, "tanh special values")
+    for col, want in ((1, 1.0), (2, -1.0), (13, 1.0), (14, -1.0)):
+        assert (out[:, col] == want).all(), f"tanh({values[col % 12]}) = {out[0, col, 0, 0].item()}, not {want}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
