@@ -329,27 +329,6 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-// Sums of the lanes of 16 vectors (row i's values in vector i) as one vector, by a tree of in-register shuffles
-// (15 pair merges of 2 shuffles and an add; 4 merges would reduce one vector alone). fold_pair is the tree's first
-// level: rows a and b -> lanes 0-7 partial sums of a, lanes 8-15 of b. fold_eight takes the 8 first-level vectors
-// (rows 2i, 2i + 1 in vector i) through levels 2-4 and returns lane r = the sum of row r.
-GN_CPU_INLINE __m512 fold_pair(__m512 a, __m512 b) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-GN_CPU_INLINE __m512 fold_eight(const __m512* v) {
-  __m512 q[4];  // q[i]: 128-bit quarter j holds 4 partial sums of row 4 i + j
-  for (int i = 0; i < 4; ++i) {
-    q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xDD));
-  }
-  // e[k], quarter j: two partial sums of row 8 k + j, then two of row 8 k + 4 + j
-  const __m512 e0 = _mm512_add_ps(_mm512_shuffle_ps(q[0], q[1], 0x44), _mm512_shuffle_ps(q[0], q[1], 0xEE));
-  const __m512 e1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], 0x44), _mm512_shuffle_ps(q[2], q[3], 0xEE));
-  // lane 4 j + t: the sum of row 4 t + j; the permute puts row r in lane r
-  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(e0, e1, 0x88), _mm512_shuffle_ps(e0, e1, 0xDD));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), f);
-}
-
 // Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels shorter than a pack (1 < HW < 32), no activation, 16 channels (rows of
 // HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by channel, the per-channel sums of a
 // few elements left most of each vector's lanes idle and cost a horizontal reduction per sum per channel:

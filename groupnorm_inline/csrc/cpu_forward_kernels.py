@@ -107,6 +107,79 @@ GN_CPU_INLINE void store16(c10::Half* p, __mmask16 mask, __m512 v) {
   _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_fp16(v));
 }
 
+// Sums of the lanes of 16 vectors (row i's values in vector i) as one vector, by a tree of in-register shuffles
+// (15 pair merges of 2 shuffles and an add; 4 merges would reduce one vector alone). fold_pair is the tree's first
+// level: rows a and b -> lanes 0-7 partial sums of a, lanes 8-15 of b. fold_eight takes the 8 first-level vectors
+// (rows 2i, 2i + 1 in vector i) through levels 2-4 and returns lane r = the sum of row r.
+GN_CPU_INLINE __m512 fold_pair(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+GN_CPU_INLINE __m512 fold_eight(const __m512* v) {
+  __m512 q[4];  // q[i]: 128-bit quarter j holds 4 partial sums of row 4 i + j
+  for (int i = 0; i < 4; ++i) {
+    q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xDD));
+  }
+  // e[k], quarter j: two partial sums of row 8 k + j, then two of row 8 k + 4 + j
+  const __m512 e0 = _mm512_add_ps(_mm512_shuffle_ps(q[0], q[1], 0x44), _mm512_shuffle_ps(q[0], q[1], 0xEE));
+  const __m512 e1 = _mm512_add_ps(_mm512_shuffle_ps(q[2], q[3], 0x44), _mm512_shuffle_ps(q[2], q[3], 0xEE));
+  // lane 4 j + t: the sum of row 4 t + j; the permute puts row r in lane r
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(e0, e1, 0x88), _mm512_shuffle_ps(e0, e1, 0xDD));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), f);
+}
+
+// gcc 12 reports the undefined pass-through operand inside its own AVX-512 intrinsics (_mm512_undefined_ps) as
+// used uninitialized once they are inlined into this function (a false positive; the same intrinsics inlined into
+// backward_short_rows_avx512 draw no warning): the warning is off for this function only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// Shifted sums of `count` (<= 16) consecutive NCHW slices of D < 32 elements at x (float32 or 16-bit data), as
+// block_sums gives them: pivot[j] = slice j's first element, s1[j] = sum (x - pivot), s2[j] = sum (x - pivot)^2.
+// Each slice is one or two masked vector loads, and the 16 slices' sums come out of one shuffle tree per sum
+// (block_sums summed such a slice element by element: ~3 operations an element, one slice after another).
+template <typename T>
+inline void short_slice_sums_avx512(const T* x, int64_t D, int64_t count, double* pivot, double* s1, double* s2) {
+  const __mmask16 first = static_cast<__mmask16>(D >= 16 ? 0xffffu : (1u << D) - 1u);
+  const __mmask16 second = static_cast<__mmask16>(D > 16 ? (1u << (D - 16)) - 1u : 0u);
+  auto slice_terms = [&](int64_t j, __m512& d1, __m512& d2) {
+    if (j >= count) {
+      d1 = d2 = _mm512_setzero_ps();
+      return;
+    }
+    const T* xs = x + j * D;
+    const float pv = static_cast<float>(xs[0]);
+    pivot[j] = static_cast<double>(pv);
+    const __m512 k = _mm512_set1_ps(pv);
+    const __m512 d = _mm512_maskz_sub_ps(first, load16(xs, first), k);
+    d1 = d;
+    d2 = _mm512_mul_ps(d, d);
+    if (second) {
+      const __m512 e = _mm512_maskz_sub_ps(second, load16(xs + 16, second), k);
+      d1 = _mm512_add_ps(d1, e);
+      d2 = _mm512_fmadd_ps(e, e, d2);
+    }
+  };
+  __m512 f1[8], f2[8];
+  for (int i = 0; i < 8; ++i) {
+    __m512 a1, a2, b1, b2;
+    slice_terms(2 * i, a1, a2);
+    slice_terms(2 * i + 1, b1, b2);
+    f1[i] = fold_pair(a1, b1);
+    f2[i] = fold_pair(a2, b2);
+  }
+  auto store_double = [](double* out, __m512 v) {
+    _mm512_storeu_pd(out, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    _mm512_storeu_pd(out + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  };
+  store_double(s1, fold_eight(f1));
+  store_double(s2, fold_eight(f2));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // Elements [i, hi) of an NCHW slice (float32, bfloat16 or float16 data) of channels shorter than a pack (HW < 32),
 // 16 at a time (the last vector masked): lane l of the vector at element i belongs to channel (i + l) / HW =
 // c0 + (r + l) / HW, c0 = i / HW, r = i % HW. The 16 channels' a = rstd * w (in double, then rounded, as the
@@ -236,7 +309,17 @@ void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b
       __at_align__ double mean[kStatBatch], rstd[kStatBatch];
       for (int64_t s0 = first; s0 < last; s0 += batch) {
         const int64_t count = std::min(batch, last - s0);
-        for (int64_t j = 0; j < count; ++j) {
+        bool summed = false;
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
+        if constexpr (std::is_same_v<C, float>) {
+          static_assert(kStatBatch == 16, "one shuffle tree per batch");
+          if (D < 32) {
+            short_slice_sums_avx512(x + s0 * D, D, count, pivot, s1, s2);
+            summed = true;
+          }
+        }
+#endif
+        for (int64_t j = 0; j < count && !summed; ++j) {
           const T* xs = x + (s0 + j) * D;
           const C pv = static_cast<C>(xs[0]);
           pivot[j] = static_cast<double>(pv);
