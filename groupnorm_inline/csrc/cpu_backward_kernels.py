@@ -617,21 +617,34 @@ void backward_nchw(const BackwardArgs<T>& p) {
         return dz_buf[cl];
       }
     };
-    double dm = 0;
-    for (int64_t cl = 0; cl < cpg; ++cl) dm += static_cast<double>(static_cast<C>(xs[cl]) - m);
+    // The slice's sums in four interleaved chains each (element cl into chain cl % 4): one running double sum is
+    // a chain of dependent ~4-cycle additions, which bounded this function at long slices ((8, 1024) G4 bfloat16
+    // backward 1.1-1.2x PyTorch's with single chains).
+    constexpr int64_t kChains = 4;
+    double dmv[kChains] = {}, Sv[kChains] = {}, Bv[kChains] = {};
+    const int64_t whole = cpg - cpg % kChains;
+    for (int64_t cl = 0; cl < whole; cl += kChains) {
+      for (int64_t k = 0; k < kChains; ++k) dmv[k] += static_cast<double>(static_cast<C>(xs[cl + k]) - m);
+    }
+    for (int64_t cl = whole; cl < cpg; ++cl) dmv[cl - whole] += static_cast<double>(static_cast<C>(xs[cl]) - m);
+    const double dm = (dmv[0] + dmv[1]) + (dmv[2] + dmv[3]);
     const double dd = static_cast<double>(D), delta = dm / dd;
-    double S = 0, B = 0;
     double* ds_out = p.ds + n * p.channels + c0;
     double* db_out = p.db + n * p.channels + c0;
-    for (int64_t cl = 0; cl < cpg; ++cl) {
+    auto add_element = [&](int64_t cl, int64_t k) {
       const C d = static_cast<C>(xs[cl]) - m, gz = grad_z(cl);
       const double wc = p.w ? static_cast<double>(p.w[c0 + cl]) : 1.0;
       const double db = static_cast<double>(gz), ds = static_cast<double>(gz * d) - delta * db;
-      S += wc * ds;
-      B += wc * db;
+      Sv[k] += wc * ds;
+      Bv[k] += wc * db;
       ds_out[cl] = ds;
       db_out[cl] = db;
+    };
+    for (int64_t cl = 0; cl < whole; cl += kChains) {
+      for (int64_t k = 0; k < kChains; ++k) add_element(cl + k, k);
     }
+    for (int64_t cl = whole; cl < cpg; ++cl) add_element(cl, cl - whole);
+    const double S = (Sv[0] + Sv[1]) + (Sv[2] + Sv[3]), B = (Bv[0] + Bv[1]) + (Bv[2] + Bv[3]);
     if (!p.dx) return;
     const double rstd = static_cast<double>(p.rstd[s]);
     const double coef_x = -rstd * rstd * rstd * S / dd, coef_1 = -rstd * B / dd - coef_x * delta;
