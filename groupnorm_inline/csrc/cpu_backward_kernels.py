@@ -361,13 +361,13 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
   // the lanes of a channel's (first) vector, and of its second
   const __mmask16 first_mask = static_cast<__mmask16>(kTwoVectors ? 0xffffu : (1u << HW) - 1u);
   const __mmask16 second_mask = static_cast<__mmask16>(kTwoVectors ? (1u << (HW - 16)) - 1u : 0u);
-  __at_align__ int32_t slice_of[16], channel_of[16];
+  int64_t slice_of[16], channel_of[16];  // 64-bit: N * G may pass 2^31 slices
   // The slice and channel of each of the 16 rows from r (lanes past r1 repeat the last row).
   auto lanes_of = [&](int64_t r, int64_t count) {
     int64_t s = r / cpg, cl = r - s * cpg;
     for (int l = 0; l < 16; ++l) {
-      slice_of[l] = static_cast<int32_t>(s);
-      channel_of[l] = static_cast<int32_t>((s % G) * cpg + cl);
+      slice_of[l] = s;
+      channel_of[l] = (s % G) * cpg + cl;
       if (l + 1 < count && ++cl == cpg) {
         cl = 0;
         ++s;
