@@ -238,6 +238,28 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
   return k;
 }
 
+// group_coefficients for a slice whose per-channel sums are already in ds_out / db_out (raw: ds_out gets
+// ds - delta * db written back) and dm = the slice's sum of (x - m); the divisions by D as products with 1 / D, off
+// the slice's dependent chain. w: the group's weights, or null.
+template <typename W>
+inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D, const W* w, double rstd,
+                                              double* ds_out, const double* db_out) {
+  const double inv_d = 1.0 / static_cast<double>(D), delta = dm * inv_d;
+  double S = 0, B = 0;
+  for (int64_t cl = 0; cl < cpg; ++cl) {
+    const double wc = w ? static_cast<double>(w[cl]) : 1.0;
+    const double ds = ds_out[cl] - delta * db_out[cl];
+    ds_out[cl] = ds;
+    S += wc * ds;
+    B += wc * db_out[cl];
+  }
+  GroupCoefficients k;
+  k.delta = delta;
+  k.coef_x = -rstd * rstd * rstd * S * inv_d;
+  k.coef_1 = -rstd * B * inv_d - k.coef_x * delta;
+  return k;
+}
+
 // Inputs of the backward kernels. x, dy, dx: the input's layout (dx null: not asked for); mean, rstd: (N*G,);
 // w, bias: (C,) in the compute type, or null; ds, db: (N, C) per-(n, c) sums written for the parameter gradients.
 template <typename T>
@@ -302,21 +324,9 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
     db_out[cl] = static_cast<double>(sb);
     dm += static_cast<double>(sm);
   }
-  // As group_coefficients, with the sums already in ds_out / db_out (the divisions by D as products with 1 / D,
-  // off the slice's dependent chain).
-  const double inv_d = 1.0 / static_cast<double>(D), delta = dm * inv_d;
-  double S = 0, B = 0;
-  for (int64_t cl = 0; cl < cpg; ++cl) {
-    const double wc = w ? static_cast<double>(w[cl]) : 1.0;
-    const double ds = ds_out[cl] - delta * db_out[cl];
-    ds_out[cl] = ds;
-    S += wc * ds;
-    B += wc * db_out[cl];
-  }
+  const GroupCoefficients k = coefficients_of_sums(dm, cpg, D, w, static_cast<double>(rstd), ds_out, db_out);
   if (!p.dx) return;
-  const double r = static_cast<double>(rstd);
-  const double coef_x = -r * r * r * S * inv_d, coef_1 = -r * B * inv_d - coef_x * delta;
-  const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
+  const C cx = static_cast<C>(k.coef_x), c1 = static_cast<C>(k.coef_1);
   T* dxs = p.dx + s * D;
   for (int64_t cl = 0; cl < cpg; ++cl) {
     const C a = rstd * (w ? w[cl] : C(1));
@@ -337,7 +347,7 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
 //         formed in its lanes, and the three sums of 16 channels come out of one shuffle tree each (fold_pair,
 //         fold_eight), 16 at a time into ds / db. (Gathering element j of 16 channels per step instead: 1.57x
 //         PyTorch's time at (64, 64, 4, 4), the gathers' loads the bound.)
-//   coefficients  per slice, in double, as backward_short_slice.
+//   coefficients  per slice, in double (coefficients_of_sums, as backward_short_slice).
 //   dx    the 16 channels' 16 * HW elements are contiguous: each vector of them takes its lanes' per-channel
 //         constants from 16-entry tables by one permute each (row_of: lane l of vector k is in channel
 //         (16 k + l) / HW of the block, tabled once per task).
@@ -359,8 +369,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
   const int64_t r0 = s0 * cpg, r1 = s1 * cpg;
   const __m512 zero = _mm512_setzero_ps();
   // the lanes of a channel's (first) vector, and of its second
-  const __mmask16 first_mask = static_cast<__mmask16>(kTwoVectors ? 0xffffu : (1u << HW) - 1u);
-  const __mmask16 second_mask = static_cast<__mmask16>(kTwoVectors ? (1u << (HW - 16)) - 1u : 0u);
+  const __mmask16 first_mask = first_lanes(HW), second_mask = first_lanes(HW - 16);
   int64_t slice_of[16], channel_of[16];  // 64-bit: N * G may pass 2^31 slices
   // The slice and channel of each of the 16 rows from r (lanes past r1 repeat the last row).
   auto lanes_of = [&](int64_t r, int64_t count) {
@@ -373,9 +382,6 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
         ++s;
       }
     }
-  };
-  auto mask_of = [](int64_t count) {
-    return static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
   };
   // Row i of the block at r: its dy * d, dy and d as vectors (zeros past the block's count rows).
   auto row_terms = [&](int64_t r, int i, int64_t count, __m512& gd, __m512& g, __m512& d) {
@@ -399,7 +405,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
   };
   for (int64_t r = r0; r < r1; r += 16) {
     const int64_t count = std::min<int64_t>(16, r1 - r);
-    const __mmask16 mask = mask_of(count);
+    const __mmask16 mask = first_lanes(count);
     lanes_of(r, count);
     __m512 fd[8], fb[8], fx[8];
     for (int i = 0; i < 8; ++i) {
@@ -411,34 +417,18 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
       fx[i] = fold_pair(d0, d1);
     }
     const __m512 sd = fold_eight(fd), sb = fold_eight(fb), sx = fold_eight(fx);
-    const __mmask8 mlo = static_cast<__mmask8>(mask & 0xff), mhi = static_cast<__mmask8>(mask >> 8);
-    auto store_double = [&](double* out, __m512 v) {
-      _mm512_mask_storeu_pd(out, mlo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-      _mm512_mask_storeu_pd(out + 8, mhi,
-                            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-    };
-    store_double(ds_out + r, sd);
-    store_double(db_out + r, sb);
+    store16_as_double(ds_out + r, mask, sd);
+    store16_as_double(db_out + r, mask, sb);
     _mm512_mask_storeu_ps(sm + (r - r0), mask, sx);
   }
-  const double inv_d = 1.0 / static_cast<double>(D);
-  for (int64_t s = s0; s < s1; ++s) {  // as backward_short_slice
-    const int64_t rs = s * cpg, c0 = (s % G) * cpg;
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t rs = s * cpg;
     double dm = 0;
     for (int64_t cl = 0; cl < cpg; ++cl) dm += static_cast<double>(sm[rs - r0 + cl]);
-    const double delta = dm * inv_d;
-    double S = 0, B = 0;
-    for (int64_t cl = 0; cl < cpg; ++cl) {
-      const double wc = w ? static_cast<double>(w[c0 + cl]) : 1.0;
-      const double ds = ds_out[rs + cl] - delta * db_out[rs + cl];
-      ds_out[rs + cl] = ds;
-      S += wc * ds;
-      B += wc * db_out[rs + cl];
-    }
-    const double rstd = static_cast<double>(rstd_of[s]);
-    const double coef_x = -rstd * rstd * rstd * S * inv_d;
-    cx[s - s0] = static_cast<float>(coef_x);
-    c1[s - s0] = static_cast<float>(-rstd * B * inv_d - coef_x * delta);
+    const GroupCoefficients k = coefficients_of_sums(dm, cpg, D, w ? w + (s % G) * cpg : nullptr,
+                                                     static_cast<double>(rstd_of[s]), ds_out + rs, db_out + rs);
+    cx[s - s0] = static_cast<float>(k.coef_x);
+    c1[s - s0] = static_cast<float>(k.coef_1);
   }
   if (!dx) return;
   __at_align__ float mean_of[16], a_of[16], cx_of[16], c1_of[16];
@@ -459,7 +449,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     T* dxb = dx + r * HW;
     const int64_t elements = count * HW;
     for (int64_t k = 0; 16 * k < elements; ++k) {
-      const __mmask16 mask = mask_of(elements - 16 * k);
+      const __mmask16 mask = first_lanes(elements - 16 * k);
       const __m512i q = row_of[k];
       const __m512 xv = load16(xb + 16 * k, mask), g = load16(gb + 16 * k, mask);
       const __m512 lin = _mm512_fmadd_ps(_mm512_permutexvar_ps(q, kx),

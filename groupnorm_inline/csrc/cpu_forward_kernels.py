@@ -106,6 +106,16 @@ GN_CPU_INLINE void store16(c10::BFloat16* p, __mmask16 mask, __m512 v) {
 GN_CPU_INLINE void store16(c10::Half* p, __mmask16 mask, __m512 v) {
   _mm256_mask_storeu_epi16(p, mask, at::vec::cvtfp32_fp16(v));
 }
+// The mask of the first count lanes, clamped to [0, 16].
+GN_CPU_INLINE __mmask16 first_lanes(int64_t count) {
+  return static_cast<__mmask16>(count <= 0 ? 0u : count >= 16 ? 0xffffu : (1u << count) - 1u);
+}
+// The lanes of v in `mask` as doubles to out[0, 16).
+GN_CPU_INLINE void store16_as_double(double* out, __mmask16 mask, __m512 v) {
+  _mm512_mask_storeu_pd(out, static_cast<__mmask8>(mask & 0xff), _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  _mm512_mask_storeu_pd(out + 8, static_cast<__mmask8>(mask >> 8),
+                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
 
 // Sums of the lanes of 16 vectors (row i's values in vector i) as one vector, by a tree of in-register shuffles
 // (15 pair merges of 2 shuffles and an add; 4 merges would reduce one vector alone). fold_pair is the tree's first
@@ -141,8 +151,7 @@ GN_CPU_INLINE __m512 fold_eight(const __m512* v) {
 // (block_sums summed such a slice element by element: ~3 operations an element, one slice after another).
 template <typename T>
 inline void short_slice_sums_avx512(const T* x, int64_t D, int64_t count, double* pivot, double* s1, double* s2) {
-  const __mmask16 first = static_cast<__mmask16>(D >= 16 ? 0xffffu : (1u << D) - 1u);
-  const __mmask16 second = static_cast<__mmask16>(D > 16 ? (1u << (D - 16)) - 1u : 0u);
+  const __mmask16 first = first_lanes(D), second = first_lanes(D - 16);
   auto slice_terms = [&](int64_t j, __m512& d1, __m512& d2) {
     if (j >= count) {
       d1 = d2 = _mm512_setzero_ps();
@@ -169,12 +178,8 @@ inline void short_slice_sums_avx512(const T* x, int64_t D, int64_t count, double
     f1[i] = fold_pair(a1, b1);
     f2[i] = fold_pair(a2, b2);
   }
-  auto store_double = [](double* out, __m512 v) {
-    _mm512_storeu_pd(out, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-    _mm512_storeu_pd(out + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-  };
-  store_double(s1, fold_eight(f1));
-  store_double(s2, fold_eight(f2));
+  store16_as_double(s1, 0xffff, fold_eight(f1));
+  store16_as_double(s2, 0xffff, fold_eight(f2));
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -203,9 +208,7 @@ inline int64_t normalize_short_channels_avx512(const T* xs, T* ys, int64_t i, in
   int64_t c0 = i / HW, r = i - c0 * HW;
   const int64_t dc = 16 / HW, dr = 16 % HW;
   for (; i < hi; i += 16) {
-    const __mmask16 in_range = static_cast<__mmask16>(hi - i >= 16 ? 0xffffu : (1u << (hi - i)) - 1u);
-    const int64_t count = std::min<int64_t>(16, channels_end - c0);
-    const __mmask16 mask = static_cast<__mmask16>(count >= 16 ? 0xffffu : (1u << count) - 1u);
+    const __mmask16 in_range = first_lanes(hi - i), mask = first_lanes(channels_end - c0);
     const __m512 wv = w ? _mm512_maskz_loadu_ps(mask, w + c0) : ones;
     const __m256 w_lo = _mm512_castps512_ps256(wv);
     const __m256 w_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(wv), 1));
