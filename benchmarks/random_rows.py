@@ -3,6 +3,7 @@ input" claim checked on shapes nobody chose (the suite's rows were picked; these
 
     python benchmarks/random_rows.py --rows 60 --seed 1 --out results/    # markdown table to stdout and a file
     python benchmarks/random_rows.py --rows 60 --no-compile                # eager only (no compile time)
+    python benchmarks/random_rows.py --device cpu --rows 80 --threads 2    # the CPU kernels against PyTorch's CPU
 
 Each problem: rank 2-5 ((N, C), (N, C, L), (N, C, H, W), (N, C, D, H, W)), NCHW or channels-last (4-D/5-D),
 float32 / float16 / bfloat16 (float64 now and then), N in 1..64, G in 1..32 with 1..64 channels per group,
@@ -11,6 +12,11 @@ forward, forward + backward, or forward + SiLU. Every row is checked against eag
 timed; times are medians of CUDA-event-timed calls with L2 flushed before each (benchmarks/timing.py), ours,
 eager, compile and a copy of the same tensor (the floor) interleaved by row. A row is flagged SLOWER when ours
 exceeds the faster baseline by more than 3% (the run-to-run spread of the small rows).
+
+On the CPU (--device cpu) the element count is drawn over 4 K .. 4 M (the CPU takes milliseconds where the GPU
+takes microseconds) and the providers are called in turn, one call each per round (ours, eager, compile, copy,
+ours, ...), the median of each taken over the rounds: a burst of load from elsewhere on the machine then slows
+every provider alike instead of whichever ran during it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import platform
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,6 +45,11 @@ DTYPES = [(torch.float32, 0.4), (torch.float16, 0.3), (torch.bfloat16, 0.25), (t
 SLOWER_MARGIN = 1.03
 
 
+# log2 of the element count's range, by device
+ELEMENT_RANGE = {"cuda": (14, 26), "cpu": (12, 22)}
+DEVICE = "cuda"
+
+
 def draw_problem(rng: random.Random) -> dict:
     """One random problem: shape, groups, dtype, layout, direction."""
     rank = rng.choices([2, 3, 4, 5], weights=[0.05, 0.15, 0.6, 0.2])[0]
@@ -45,7 +58,7 @@ def draw_problem(rng: random.Random) -> dict:
     channels = groups * cpg
     n = rng.choice([1, 1, 2, 2, 3, 4, 8, 16, 32, 64])
     dtype = rng.choices([d for d, _ in DTYPES], weights=[w for _, w in DTYPES])[0]
-    elements = int(2 ** rng.uniform(14, 26))
+    elements = int(2 ** rng.uniform(*ELEMENT_RANGE[DEVICE]))
     spatial_total = max(1, elements // (n * channels))
     if rank == 2:
         spatial: tuple[int, ...] = ()
@@ -66,13 +79,13 @@ def draw_problem(rng: random.Random) -> dict:
 
 
 def make_inputs(p: dict, requires_grad: bool):
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(p["shape"], device="cuda", dtype=p["dtype"], generator=gen)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    x = torch.randn(p["shape"], device=DEVICE, dtype=p["dtype"], generator=gen)
     if p["layout"] == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     c = p["shape"][1]
-    w = (torch.rand(c, device="cuda", generator=gen) + 0.5).to(p["dtype"])
-    b = torch.randn(c, device="cuda", generator=gen).to(p["dtype"])
+    w = (torch.rand(c, device=DEVICE, generator=gen) + 0.5).to(p["dtype"])
+    b = torch.randn(c, device=DEVICE, generator=gen).to(p["dtype"])
     if requires_grad:
         x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
     return x, w, b
@@ -110,12 +123,30 @@ def time_row(p: dict, with_compile: bool) -> dict:
         providers = forward_providers(x, w, b, p["groups"], 1e-5, with_compile, act)
         providers.append(copy_provider(x))
         working = 2 * x.numel() * x.element_size()
-    flusher = L2Flusher(x.device) if needs_l2_flush(working) else None
-    times = {}
     with retained_graph_compile_config():
-        for prov in providers:
-            times[prov.name] = time_cuda(prov.fn, QUICK_PLAN, flusher).median_ms
-    return {"err": err, **times}
+        if DEVICE == "cpu":
+            return {"err": err, **time_cpu_round_robin({prov.name: prov.fn for prov in providers})}
+        flusher = L2Flusher(x.device) if needs_l2_flush(working) else None
+        return {"err": err, **{prov.name: time_cuda(prov.fn, QUICK_PLAN, flusher).median_ms for prov in providers}}
+
+
+def time_cpu_round_robin(fns: dict, target_s: float = 1.5, min_rounds: int = 9, max_rounds: int = 400) -> dict:
+    """Median ms per call of each CPU function, called in turn one call per round (see the module docstring);
+    as many rounds as fit in about target_s seconds, after two rounds of warm-up."""
+    for _ in range(2):
+        for fn in fns.values():
+            fn()
+    start = time.perf_counter()
+    for fn in fns.values():
+        fn()
+    rounds = int(min(max_rounds, max(min_rounds, target_s / max(time.perf_counter() - start, 1e-6))))
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def main() -> None:
@@ -125,11 +156,20 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--time-limit", type=float, default=400.0, help="stop drawing rows after this many s")
     parser.add_argument("--out", type=Path, default=None, help="folder for random_rows_seed<S>.md")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--threads", type=int, default=None, help="CPU: torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    where = (torch.cuda.get_device_name() if DEVICE == "cuda"
+             else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)")
     rng = random.Random(args.seed)
     start = time.time()
-    lines = [f"# Random GroupNorm problems, seed {args.seed}: {torch.cuda.get_device_name()}, torch {torch.__version__}",
-             "", "Times in ms (medians, L2 flushed). ratio = ours / faster baseline (< 1: ours faster).", "",
+    how = "L2 flushed" if DEVICE == "cuda" else "providers called in turn"
+    lines = [f"# Random GroupNorm problems, seed {args.seed}: {where}, torch {torch.__version__}",
+             "", f"Times in ms (medians, {how}). ratio = ours / faster baseline (< 1: ours faster).", "",
              "| # | shape | G | dtype | layout | direction | ours | eager | compile | copy | ours/copy | ratio | err |",
              "|--:|---|--:|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     print("\n".join(lines), flush=True)
@@ -142,8 +182,9 @@ def main() -> None:
         p = draw_problem(rng)
         try:
             r = time_row(p, not args.no_compile)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
+        except torch.OutOfMemoryError:
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
             continue
         except ValueError as ours_error:
             # A problem PyTorch rejects too (one value per group: N = C / G = HW = 1) is a row of its own: the same
@@ -172,7 +213,8 @@ def main() -> None:
     print(lines[-1])
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"random_rows_seed{args.seed}.md").write_text("\n".join(lines) + "\n")
+        suffix = "" if DEVICE == "cuda" else "_cpu"
+        (args.out / f"random_rows{suffix}_seed{args.seed}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -282,6 +282,30 @@ def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads
     check_backward_cpu(x, groups, w, b, "none", f"mean {offset}")
 
 
+@pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, groups", [
+    ((3, 12, 20, 30), 3),        # 600 rows: three column tiles (the pivots move between tiles); 2 threads cut samples
+    ((64, 40, 2, 4), 1),         # many samples of 8 rows: one task per sample, sums -> constants -> output
+    ((4, 1280, 3, 3, 3), 32),    # channels_last_3d, 27 rows, many channels
+], ids=str)
+def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads, poisoned_outputs):
+    """The channels-last statistics add per-channel sums taken about each channel's own pivot (its first row, moved
+    to the running mean between tiles) after shifting them to one pivot per group. Made hard here: the channels of
+    a group sit 1e3 apart around 1e4 (the group's spread is then the channels' spread), and every channel's first
+    row is 50 std off its values (a bad first pivot); forward, statistics and gradients against float64."""
+    threads(num_threads)
+    layout = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    x = _input(shape, torch.float64, mean=0.0, std=1.0)
+    x = x + 1e4 + 1e3 * torch.arange(shape[1], dtype=torch.float64).reshape(1, -1, *([1] * (len(shape) - 2)))
+    first_row = (slice(None), slice(None)) + (0,) * (len(shape) - 2)
+    x[first_row] += 50.0
+    x = x.to(dtype).contiguous(memory_format=layout)
+    w, b = _params(shape[1], dtype, True)
+    check_forward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
+    check_backward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
+
+
 @pytest.mark.parametrize("dtype, offset, atol", [
     (torch.float32, 0.5, 2e-6),    # ordinary data: within a few float32 ulps of the unit outputs
     (torch.float64, 1e4, 1e-10),   # |mean| = 1e4 std: the fold's error, ~u |mean| |a|, is ~1e-12 in float64

@@ -427,30 +427,34 @@ struct TilePrefetcher {
   }
 };
 
-// Per-channel moments of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): mean[c], m2[c]
-// (written; the count is hi - lo), shifted about a per-channel pivot (the first row, then the running mean),
-// folded into double every kColumnTileRows rows. By columns: kWidth channels at a time down the tile, the sums in
-// registers. (A walk in row order, adding each row into per-channel sums held in L1, read the data as one
-// sequential stream but loaded and stored the sums at every row: it lost for every dtype. Against PyTorch on a
-// 2-core AVX-512 machine, float64 channels-last forward, the column walk took (8, 32, 32, 32) from 0.88-1.13x to
-// 1.31-1.41x and (2, 512, 16, 16) from 0.84-1.06x to 1.09-1.22x, and left the large rows where they were;
-// for float32 the row order took (2, 512, 16, 16) from 0.037 to 0.048 ms and (1, 128, 256, 256) float16 from
-// 1.13 to 1.40 ms.)
+// Per-channel shifted sums of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): about the
+// pivot p[c] = x[lo, c] (the part's first row), s1[c] = sum (x - p[c]) and s2[c] = sum (x - p[c])^2 (written,
+// double), float sums down each tile of kColumnTileRows rows added into double per tile. By columns: kWidth
+// channels at a time down the tile, the sums in registers. (A walk in row order, adding each row into per-channel
+// sums held in L1, read the data as one sequential stream but loaded and stored the sums at every row: it lost for
+// every dtype. Against PyTorch on a 2-core AVX-512 machine, float64 channels-last forward, the column walk took
+// (8, 32, 32, 32) from 0.88-1.13x to 1.31-1.41x and (2, 512, 16, 16) from 0.84-1.06x to 1.09-1.22x, and left the
+// large rows where they were; for float32 the row order took (2, 512, 16, 16) from 0.037 to 0.048 ms and
+// (1, 128, 256, 256) float16 from 1.13 to 1.40 ms.) Sums, not each channel's mean and M2: merging a tile into a
+// channel's moments took two double divisions per channel, which set the time of samples of few rows (random
+// problems, 2 threads: (2, 640, 2, 2) float32 1.8x PyTorch's forward, (64, 40, 2, 4) G1 2.9x); the group's
+// statistics shift the sums to one pivot and divide once (forward_channels_last).
+// `pivot` is the caller's scratch of round_up(channels, kWidth) elements whose lanes past `channels` hold 0.
 template <typename T>
-void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, double* mean, double* m2) {
+void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_t<T>* pivot, double* pivot_out,
+                  double* s1_out, double* s2_out) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
-  std::vector<C> pivot(static_cast<size_t>(round_up(channels, W)), C(0));  // lanes past `channels` stay 0
   for (int64_t c = 0; c < channels; ++c) {
     pivot[c] = static_cast<C>(x[lo * channels + c]);
-    mean[c] = 0;
-    m2[c] = 0;
+    pivot_out[c] = static_cast<double>(pivot[c]);
+    s1_out[c] = 0;
+    s2_out[c] = 0;
   }
   __at_align__ C l1[W];
   __at_align__ C l2[W];
-  double count = 0;
   for (int64_t r0 = lo; r0 < hi; r0 += kColumnTileRows) {
     const int64_t rows = std::min(kColumnTileRows, hi - r0);
     const T* tile_end = x + (r0 + rows) * channels;
@@ -458,10 +462,10 @@ void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, doubl
                                static_cast<int64_t>(sizeof(T));
     const int64_t steps = std::max<int64_t>(1, (channels + W - 1) / W * ((rows + 1) / 2));
     TilePrefetcher ahead{reinterpret_cast<const char*>(tile_end), reinterpret_cast<const char*>(tile_end) + next_bytes,
-                         (next_bytes / 64 + steps) / steps};
+                         next_bytes > 0 ? (next_bytes / 64 + steps) / steps : 0};
     for (int64_t c = 0; c < channels; c += W) {
       const int64_t cnt = std::min(W, channels - c);
-      const P k{V::loadu(pivot.data() + c), V::loadu(pivot.data() + c + P::kVec)};
+      const P k{V::loadu(pivot + c), V::loadu(pivot + c + P::kVec)};
       P s1 = P::broadcast(C(0)), s2 = s1;
       const T* p = x + r0 * channels + c;
       // The next walk's rows (the next kWidth channels of this tile, else the first of the next tile), fetched
@@ -503,16 +507,27 @@ void channel_moments(const T* x, int64_t channels, int64_t lo, int64_t hi, doubl
       }
       s1.lanes(l1);
       s2.lanes(l2);
+      if (r0 + rows == hi) {  // the last tile
+        for (int64_t j = 0; j < cnt; ++j) {
+          s1_out[c + j] += static_cast<double>(l1[j]);
+          s2_out[c + j] += static_cast<double>(l2[j]);
+        }
+        continue;
+      }
+      // More tiles follow: the channel's pivot moves to its running mean (rounded to the compute type), its sums
+      // shifted with it: sum (x - p') = s1 - n e, sum (x - p')^2 = s2 - e (2 s1 - n e) for e = p' - p. A first row far
+      // from the channel's values then costs accuracy in its first tile only, not in every tile after it.
+      const double count = static_cast<double>(r0 + rows - lo), inv_count = 1.0 / count;
       for (int64_t j = 0; j < cnt; ++j) {
-        Moments m{count, mean[c + j], m2[c + j]};
-        m.merge_shifted(static_cast<double>(rows), static_cast<double>(pivot[c + j]), static_cast<double>(l1[j]),
-                        static_cast<double>(l2[j]));
-        mean[c + j] = m.mean;
-        m2[c + j] = m.m2;
-        pivot[c + j] = static_cast<C>(m.mean);
+        const double s1 = s1_out[c + j] + static_cast<double>(l1[j]), s2 = s2_out[c + j] + static_cast<double>(l2[j]);
+        const C moved = static_cast<C>(pivot_out[c + j] + s1 * inv_count);
+        const double e = static_cast<double>(moved) - pivot_out[c + j];
+        s1_out[c + j] = s1 - count * e;
+        s2_out[c + j] = std::max(s2 - e * (2 * s1 - count * e), 0.0);
+        pivot[c + j] = moved;
+        pivot_out[c + j] = static_cast<double>(moved);
       }
     }
-    count += static_cast<double>(rows);
   }
 }
 
@@ -557,31 +572,82 @@ inline void touch_pages(T* y, int64_t len) {
   for (int64_t off = 0; off < n; off += 4096) *reinterpret_cast<volatile char*>(bytes + off) = 0;
 }
 
+// One channels-last sample's group statistics and per-channel constants, from the channel sums of its parts
+// (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1]) of the sample's HW): mean and rstd of
+// its G groups into mean_out[g], rstd_out[g]; into k (3 * cpad, its padding left as it is) m, a, b for
+// normalize_rows<FOLD>: m = mean, a = rstd * w, b = bias, or with FOLD b = bias - mean * a (m unused).
+template <bool FOLD, typename C>
+void sample_constants(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
+                      int64_t channels, int64_t G, double eps, const C* w, const C* b, C* mean_out, C* rstd_out, C* k,
+                      int64_t cpad) {
+  using V = Vectorized<double>;
+  constexpr int64_t L = V::size();
+  const int64_t cpg = channels / G;
+  const double count = static_cast<double>(cpg * bounds[parts]);
+  __at_align__ double lanes1[L];
+  __at_align__ double lanes2[L];
+  for (int64_t g = 0; g < G; ++g) {
+    // The group's sums about one pivot q (its first channel's in the first part): sum (x - q) = s1 + rows d and
+    // sum (x - q)^2 = s2 + 2 d s1 + rows d^2 with d = p - q, p the part's pivot. Every pivot is a value of the
+    // group, so d is of the order of the group's spread and nothing cancels. Whole vectors of channels go into
+    // vector sums (in order, one dependent add per channel, they were a third of the forward of samples of 40
+    // channels and 8 rows), the rest into scalar ones.
+    const double q = pivot[g * cpg];
+    V v1(0.0), v2(0.0);
+    double t1 = 0, t2 = 0;
+    for (int64_t j = 0; j < parts; ++j) {
+      const double rows = static_cast<double>(bounds[j + 1] - bounds[j]);
+      const V vq(q), vrows(rows), two(2.0);
+      const int64_t first = j * channels + g * cpg, last = first + cpg;
+      int64_t c = first;
+      for (; c + L <= last; c += L) {
+        const V d = V::loadu(pivot + c) - vq, a = V::loadu(s1 + c);
+        v1 = v1 + at::vec::fmadd(vrows, d, a);
+        v2 = v2 + at::vec::fmadd(d, at::vec::fmadd(vrows, d, two * a), V::loadu(s2 + c));
+      }
+      for (; c < last; ++c) {
+        const double d = pivot[c] - q;
+        t1 += s1[c] + rows * d;
+        t2 += s2[c] + d * (2 * s1[c] + rows * d);
+      }
+    }
+    v1.store(lanes1);
+    v2.store(lanes2);
+    for (int64_t i = 0; i < L; ++i) {
+      t1 += lanes1[i];
+      t2 += lanes2[i];
+    }
+    const double shift = t1 / count, mean = q + shift;
+    const double rstd = 1.0 / std::sqrt(std::max(t2 - t1 * shift, 0.0) / count + eps);
+    mean_out[g] = static_cast<C>(mean);
+    rstd_out[g] = static_cast<C>(rstd);
+    for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+      const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
+      k[c] = static_cast<C>(mean);
+      k[cpad + c] = static_cast<C>(a);
+      k[2 * cpad + c] = FOLD ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - mean * a) : (b ? b[c] : C(0));
+    }
+  }
+}
+
 // x, y: (N, HW, channels) contiguous (NHWC / NDHWC); w, b: (channels,) or null; mean, rstd: (N*G,).
 template <typename T, typename Ep>
 void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
                            compute_t<T>* rstd_out, int64_t N, int64_t G, int64_t channels, int64_t HW, double eps,
                            const Ep& ep) {
   using C = compute_t<T>;
-  const int64_t cpg = channels / G, cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
+  const int64_t cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
   const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
   const int64_t grain = grain_items(sample / parts);
-  auto begin_of = [&](int64_t item) { return part_begin(HW, parts, item % parts, 1); };
-  auto end_of = [&](int64_t item) { return part_begin(HW, parts, item % parts + 1, 1); };
-  std::vector<double> pmean(static_cast<size_t>(items * channels)), pm2(static_cast<size_t>(items * channels));
+  // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once: a 64-bit integer division per
+  // channel and part in the statistics was most of the forward of samples of few rows, perf at (64,40,2,4)).
+  std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
+  for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
   // Only an output that is a new mapping on every call (>= 32 MB, see advise_huge_pages) has faults to move; below
   // that the output comes from the heap already mapped, and the touches only cost (2.7-6% of the forward, 2-core
   // AVX-512 machine, A/B call by call: (2,320,64,64) float64, (8,32,32,32) float64, (1,128,256,256) bfloat16).
   const bool fresh_output = N * sample * static_cast<int64_t>(sizeof(T)) >= kHugePageAdviceMinBytes;
-  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
-    for (int64_t it = first; it < last; ++it) {
-      const int64_t lo = begin_of(it), hi = end_of(it);
-      if (fresh_output) touch_pages(y + (it / parts) * sample + lo * channels, (hi - lo) * channels);
-      if (hi > lo) channel_moments(x + (it / parts) * sample, channels, lo, hi, &pmean[it * channels], &pm2[it * channels]);
-    }
-  });
-  // Per sample: m, a, b (cpad each), zero-padded.
   // fold: float32 and float64 samples are normalised as x * a + (b - mean * a), one vector of constants fewer per
   // vector of x (the pass is bound by its loads: 1.01-1.07x faster over ten float32/float64 rows, 2-core AVX-512
   // machine, A/B in one process, rotating order). No accuracy is lost: the fold's error, ~u (|mean| |a| + |b|), is
@@ -590,33 +656,51 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // unit output against float64, the conditioning of the formula (ours and PyTorch's kernel differ by ~2e-3 there).
   // Half-precision data keep the shifted form (not measured).
   constexpr bool fold = std::is_same_v<T, float> || std::is_same_v<T, double>;
+  if (parts == 1) {
+    // Whole samples (as many as threads, or more): each task takes a sample's sums, its constants and its
+    // normalisation in a row, one parallel region and no serial step between two (at (4,1280,3,3,3) float32, 2
+    // threads, the one thread's finalisation of every sample between two regions, and each region's join, were
+    // half of the forward; the sample is also still in cache when normalised).
+    at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
+      std::vector<double> sums(static_cast<size_t>(3 * channels));
+      std::vector<C> k(static_cast<size_t>(4 * cpad), C(0));  // m, a, b, then channel_sums' pivots
+      for (int64_t n = first; n < last; ++n) {
+        if (fresh_output) touch_pages(y + n * sample, sample);
+        channel_sums(x + n * sample, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + channels,
+                     sums.data() + 2 * channels);
+        sample_constants<fold>(sums.data(), sums.data() + channels, sums.data() + 2 * channels, bounds.data(), 1,
+                               channels, G, eps, w, b, mean_out + n * G, rstd_out + n * G, k.data(), cpad);
+        normalize_rows<fold>(x + n * sample, y + n * sample, channels, 0, HW, k.data(), k.data() + cpad,
+                             k.data() + 2 * cpad, ep);
+      }
+    });
+    return;
+  }
+  // Samples cut into parts (fewer samples than threads): the parts' sums, each sample's constants, then the parts'
+  // normalisation. Per (item, channel): the pivot and the shifted sums of channel_sums.
+  std::vector<double> ppivot(static_cast<size_t>(items * channels)), ps1(ppivot.size()), ps2(ppivot.size());
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    std::vector<C> pivot(static_cast<size_t>(cpad), C(0));
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t lo = bounds[it % parts], hi = bounds[it % parts + 1];
+      if (fresh_output) touch_pages(y + (it / parts) * sample + lo * channels, (hi - lo) * channels);
+      channel_sums(x + (it / parts) * sample, channels, lo, hi, pivot.data(), &ppivot[it * channels],
+                   &ps1[it * channels], &ps2[it * channels]);
+    }
+  });
+  // Per sample: m, a, b (cpad each), zero-padded.
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
   for (int64_t n = 0; n < N; ++n) {
-    for (int64_t g = 0; g < G; ++g) {
-      Moments m;
-      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
-        for (int64_t it = n * parts; it < (n + 1) * parts; ++it) {
-          m.merge(static_cast<double>(end_of(it) - begin_of(it)), pmean[it * channels + c], pm2[it * channels + c]);
-        }
-      }
-      const double rstd = m.rstd(eps);
-      mean_out[n * G + g] = static_cast<C>(m.mean);
-      rstd_out[n * G + g] = static_cast<C>(rstd);
-      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
-        const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
-        coef[n * 3 * cpad + c] = static_cast<C>(m.mean);
-        coef[n * 3 * cpad + cpad + c] = static_cast<C>(a);
-        coef[n * 3 * cpad + 2 * cpad + c] =
-            fold ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - m.mean * a) : (b ? b[c] : C(0));
-      }
-    }
+    const int64_t at = n * parts * channels;
+    sample_constants<fold>(&ppivot[at], &ps1[at], &ps2[at], bounds.data(), parts, channels, G, eps, w, b,
+                           mean_out + n * G, rstd_out + n * G, &coef[n * 3 * cpad], cpad);
   }
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows<fold>(x + n * sample, y + n * sample, channels, begin_of(it), end_of(it), k, k + cpad, k + 2 * cpad,
-                           ep);
+      normalize_rows<fold>(x + n * sample, y + n * sample, channels, bounds[it % parts], bounds[it % parts + 1], k,
+                           k + cpad, k + 2 * cpad, ep);
     }
   });
 }
