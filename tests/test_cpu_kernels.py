@@ -232,16 +232,21 @@ def test_backward_of_many_short_channels(shape, groups, dtype, affine, num_threa
     w, b = _params(shape[1], dtype, affine)
     what = f"{shape} G={groups} {dtype} {num_threads} threads"
     check_backward_cpu(x, groups, w, b, "none", what)
-    if affine:  # the parameter gradients alone (no grad_input pass)
-        gen = torch.Generator().manual_seed(3)
-        grad = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
-        lw, lb = (t.detach().clone().requires_grad_() for t in (w, b))
-        ours = torch.autograd.grad(group_norm(x, groups, lw, lb, 1e-5), (lw, lb), grad)
-        rw, rb = (t.detach().double().requires_grad_() for t in (w, b))
-        theirs = torch.autograd.grad(F.group_norm(x.double(), groups, rw, rb, 1e-5), (rw, rb), grad.double())
-        tol = GRAD_TOL[dtype]
-        for label, got, ref in zip(("grad_weight", "grad_bias"), ours, theirs):
-            assert_close_report(got, ref, tol * (1 + ref.abs().max().item()), tol, f"{what} {label} alone")
+    if affine:
+        check_parameter_grads_alone(x, groups, w, b, what)
+
+
+def check_parameter_grads_alone(x, groups, w, b, what):
+    """Gradients of weight and bias when x needs none (the backward skips its grad_input pass) against float64."""
+    gen = torch.Generator().manual_seed(3)
+    grad = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+    lw, lb = (t.detach().clone().requires_grad_() for t in (w, b))
+    ours = torch.autograd.grad(group_norm(x, groups, lw, lb, 1e-5), (lw, lb), grad)
+    rw, rb = (t.detach().double().requires_grad_() for t in (w, b))
+    theirs = torch.autograd.grad(F.group_norm(x.double(), groups, rw, rb, 1e-5), (rw, rb), grad.double())
+    tol = GRAD_TOL[x.dtype]
+    for label, got, ref in zip(("grad_weight", "grad_bias"), ours, theirs):
+        assert_close_report(got, ref, tol * (1 + ref.abs().max().item()), tol, f"{what} {label} alone")
 
 
 @pytest.mark.parametrize("num_threads", [1, 3])
@@ -293,7 +298,8 @@ def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads
     """The channels-last statistics add per-channel sums taken about each channel's own pivot (its first row, moved
     to the running mean between tiles) after shifting them to one pivot per group. Made hard here: the channels of
     a group sit 1e3 apart around 1e4 (the group's spread is then the channels' spread), and every channel's first
-    row is 50 std off its values (a bad first pivot); forward, statistics and gradients against float64."""
+    row is 50 std off its values (a bad first pivot); forward, statistics and gradients (with and without
+    grad_input) against float64. The backward takes whole samples per task here too, or parts of them."""
     threads(num_threads)
     layout = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     x = _input(shape, torch.float64, mean=0.0, std=1.0)
@@ -304,6 +310,7 @@ def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads
     w, b = _params(shape[1], dtype, True)
     check_forward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
     check_backward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
+    check_parameter_grads_alone(x, groups, w, b, f"{shape} {dtype}")
 
 
 @pytest.mark.parametrize("dtype, offset, atol", [

@@ -866,35 +866,33 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
   const int64_t grain = grain_items(sample / parts);
-  auto begin_of = [&](int64_t item) { return part_begin(HW, parts, item % parts, 1); };
-  auto end_of = [&](int64_t item) { return part_begin(HW, parts, item % parts + 1, 1); };
+  // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once, no division per item).
+  std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
+  for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
   // Per sample, five zero-padded per-channel vectors: m, a, bias (read by both passes), cx, c1 (second pass).
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
   std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
   auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t c = 0; c < channels; ++c) {
-      const int64_t s = n * G + c / cpg;
-      vec(n, kM)[c] = p.mean[s];
-      vec(n, kA)[c] = p.rstd[s] * (p.w ? p.w[c] : C(1));
-      vec(n, kBias)[c] = (p.bias ? p.bias[c] : C(0));
+  // Sample n's m, a and bias, group by group (a channel's group from a division per channel cost more than the
+  // rest of the backward of samples of 2 rows: perf at (8,256,1,2) float32).
+  auto fill_constants = [&](int64_t n) {
+    for (int64_t g = 0; g < G; ++g) {
+      const C m = p.mean[n * G + g], r = p.rstd[n * G + g];
+      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+        vec(n, kM)[c] = m;
+        vec(n, kA)[c] = r * (p.w ? p.w[c] : C(1));
+        vec(n, kBias)[c] = p.bias ? p.bias[c] : C(0);
+      }
     }
-  }
-  std::vector<ChannelSums> sums(static_cast<size_t>(items * channels));
-  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
-    for (int64_t it = first; it < last; ++it) {
-      const int64_t n = it / parts, lo = begin_of(it), hi = end_of(it);
-      channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, lo, hi, vec(n, kM), vec(n, kA),
-                                 vec(n, kBias), p.act, &sums[it * channels]);
-    }
-  });
-  std::vector<ChannelSums> total(static_cast<size_t>(cpg));
-  for (int64_t n = 0; n < N; ++n) {
+  };
+  // Sample n's cx and c1, and its rows of ds and db, from the channel sums of its parts (part j's at
+  // part_sums[j * channels]); total: cpg scratch.
+  auto fill_coefficients = [&](int64_t n, const ChannelSums* part_sums, ChannelSums* total) {
     for (int64_t g = 0; g < G; ++g) {
       for (int64_t cl = 0; cl < cpg; ++cl) {
         ChannelSums t;
-        for (int64_t it = n * parts; it < (n + 1) * parts; ++it) {
-          const ChannelSums& part = sums[it * channels + g * cpg + cl];
+        for (int64_t j = 0; j < parts; ++j) {
+          const ChannelSums& part = part_sums[j * channels + g * cpg + cl];
           t.ds += part.ds;
           t.db += part.db;
           t.dm += part.dm;
@@ -902,23 +900,54 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         total[cl] = t;
       }
       const GroupCoefficients k =
-          group_coefficients(total.data(), cpg, HW, p.w ? p.w + g * cpg : nullptr,
-                             static_cast<double>(p.rstd[n * G + g]), p.ds + n * channels + g * cpg,
-                             p.db + n * channels + g * cpg);
+          group_coefficients(total, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[n * G + g]),
+                             p.ds + n * channels + g * cpg, p.db + n * channels + g * cpg);
       for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
         vec(n, kCx)[c] = static_cast<C>(k.coef_x);
         vec(n, kC1)[c] = static_cast<C>(k.coef_1);
       }
     }
+  };
+  const bool stream = p.dx && stream_output<T>(N * sample);
+  if (parts == 1) {
+    // Whole samples: each task takes a sample's constants, sums, coefficients and dx in a row, one parallel
+    // region with no serial step between two (as forward_channels_last does).
+    at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
+      std::vector<ChannelSums> sums(static_cast<size_t>(channels)), total(static_cast<size_t>(cpg));
+      for (int64_t n = first; n < last; ++n) {
+        fill_constants(n);
+        std::fill(sums.begin(), sums.end(), ChannelSums{});
+        channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, 0, HW, vec(n, kM), vec(n, kA),
+                                   vec(n, kBias), p.act, sums.data());
+        fill_coefficients(n, sums.data(), total.data());
+        if (p.dx) {
+          grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, 0, HW,
+                                   vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act, stream);
+        }
+      }
+    });
+    return;
   }
-  if (!p.dx) return;
-  const bool stream = stream_output<T>(N * sample);
+  // Samples cut into parts (fewer samples than threads): the parts' sums, each sample's coefficients, the parts' dx.
+  for (int64_t n = 0; n < N; ++n) fill_constants(n);
+  std::vector<ChannelSums> sums(static_cast<size_t>(items * channels));
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
-      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, begin_of(it),
-                               end_of(it), vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act,
-                               stream);
+      channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, bounds[it % parts],
+                                 bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), p.act,
+                                 &sums[it * channels]);
+    }
+  });
+  std::vector<ChannelSums> total(static_cast<size_t>(cpg));
+  for (int64_t n = 0; n < N; ++n) fill_coefficients(n, &sums[n * parts * channels], total.data());
+  if (!p.dx) return;
+  at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    for (int64_t it = first; it < last; ++it) {
+      const int64_t n = it / parts;
+      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, bounds[it % parts],
+                               bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx),
+                               vec(n, kC1), p.act, stream);
     }
   });
 }
