@@ -576,74 +576,103 @@ inline void touch_pages(T* y, int64_t len) {
   for (int64_t off = 0; off < n; off += 4096) *reinterpret_cast<volatile char*>(bytes + off) = 0;
 }
 
-// One channels-last sample's group statistics and per-channel constants, from the channel sums of its parts
-// (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1]) of the sample's HW): mean and rstd of
-// its G groups into mean_out[g], rstd_out[g]; into k (3 * cpad, its padding left as it is) m, a, b for
-// normalize_rows<FOLD>: m = mean, a = rstd * w, b = bias, or with FOLD b = bias - mean * a (m unused).
-template <bool FOLD, typename C>
-void sample_constants(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
-                      int64_t channels, int64_t G, double eps, const C* w, const C* b, C* mean_out, C* rstd_out, C* k,
-                      int64_t cpad) {
+// Group g's sums about one pivot q (its first channel's in the first part), from the channel sums of the sample's
+// parts (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1])): sum (x - q) = s1 + rows d and
+// sum (x - q)^2 = s2 + 2 d s1 + rows d^2 with d = p - q, p the part's pivot. Every pivot is a value of the group, so
+// d is of the order of the group's spread and nothing cancels. Whole vectors of channels go into vector sums (in
+// order, one dependent add per channel, they were a third of the forward of samples of 40 channels and 8 rows),
+// the rest into scalar ones.
+inline void group_sums(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
+                       int64_t channels, int64_t g, int64_t cpg, double* q_out, double* t1_out, double* t2_out) {
   using V = Vectorized<double>;
   constexpr int64_t L = V::size();
-  const int64_t cpg = channels / G;
-  const double count = static_cast<double>(cpg * bounds[parts]);
+  const double q = pivot[g * cpg];
+  V v1(0.0), v2(0.0);
+  double t1 = 0, t2 = 0;
+  for (int64_t j = 0; j < parts; ++j) {
+    const double rows = static_cast<double>(bounds[j + 1] - bounds[j]);
+    const V vq(q), vrows(rows), two(2.0);
+    const int64_t first = j * channels + g * cpg, last = first + cpg;
+    int64_t c = first;
+    for (; c + L <= last; c += L) {
+      const V d = V::loadu(pivot + c) - vq, a = V::loadu(s1 + c);
+      v1 = v1 + at::vec::fmadd(vrows, d, a);
+      v2 = v2 + at::vec::fmadd(d, at::vec::fmadd(vrows, d, two * a), V::loadu(s2 + c));
+    }
+    for (; c < last; ++c) {
+      const double d = pivot[c] - q;
+      t1 += s1[c] + rows * d;
+      t2 += s2[c] + d * (2 * s1[c] + rows * d);
+    }
+  }
   __at_align__ double lanes1[L];
   __at_align__ double lanes2[L];
-  for (int64_t g = 0; g < G; ++g) {
-    // The group's sums about one pivot q (its first channel's in the first part): sum (x - q) = s1 + rows d and
-    // sum (x - q)^2 = s2 + 2 d s1 + rows d^2 with d = p - q, p the part's pivot. Every pivot is a value of the
-    // group, so d is of the order of the group's spread and nothing cancels. Whole vectors of channels go into
-    // vector sums (in order, one dependent add per channel, they were a third of the forward of samples of 40
-    // channels and 8 rows), the rest into scalar ones.
-    const double q = pivot[g * cpg];
-    V v1(0.0), v2(0.0);
-    double t1 = 0, t2 = 0;
-    for (int64_t j = 0; j < parts; ++j) {
-      const double rows = static_cast<double>(bounds[j + 1] - bounds[j]);
-      const V vq(q), vrows(rows), two(2.0);
-      const int64_t first = j * channels + g * cpg, last = first + cpg;
-      int64_t c = first;
-      for (; c + L <= last; c += L) {
-        const V d = V::loadu(pivot + c) - vq, a = V::loadu(s1 + c);
-        v1 = v1 + at::vec::fmadd(vrows, d, a);
-        v2 = v2 + at::vec::fmadd(d, at::vec::fmadd(vrows, d, two * a), V::loadu(s2 + c));
-      }
-      for (; c < last; ++c) {
-        const double d = pivot[c] - q;
-        t1 += s1[c] + rows * d;
-        t2 += s2[c] + d * (2 * s1[c] + rows * d);
-      }
+  v1.store(lanes1);
+  v2.store(lanes2);
+  for (int64_t i = 0; i < L; ++i) {
+    t1 += lanes1[i];
+    t2 += lanes2[i];
+  }
+  *q_out = q;
+  *t1_out = t1;
+  *t2_out = t2;
+}
+
+// Channels [c0, c1) of one group (mean, rstd): into k (3 * cpad) m, a, b for normalize_rows<FOLD>: m = mean,
+// a = rstd * w, b = bias, or with FOLD b = bias - mean * a (m unused). A vector at a time in the compute type
+// (element by element in double, converting each value, this was a third of the forward of float32 samples of 40
+// channels and 8 rows), the rest element by element. FOLD's b - mean * a then takes the mean rounded to the compute
+// type: an error of ~u |mean| |a|, the order of the fold's own (forward_channels_last); nothing changes for float64.
+template <bool FOLD, typename C>
+void channel_constants(double mean, double rstd, int64_t c0, int64_t c1, const C* w, const C* b, C* k, int64_t cpad) {
+  using VC = Vectorized<C>;
+  const VC vmean(static_cast<C>(mean)), vrstd(static_cast<C>(rstd));
+  int64_t c = c0;
+  for (; c + VC::size() <= c1; c += VC::size()) {
+    const VC a = w ? vrstd * VC::loadu(w + c) : vrstd;
+    const VC bias = b ? VC::loadu(b + c) : VC(C(0));
+    vmean.store(k + c);
+    a.store(k + cpad + c);
+    (FOLD ? bias - vmean * a : bias).store(k + 2 * cpad + c);
+  }
+  for (; c < c1; ++c) {
+    const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
+    k[c] = static_cast<C>(mean);
+    k[cpad + c] = static_cast<C>(a);
+    k[2 * cpad + c] = FOLD ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - mean * a) : (b ? b[c] : C(0));
+  }
+}
+
+// The group statistics and per-channel constants of `samples` consecutive channels-last samples, from the channel
+// sums of each one's parts (sample i's at pivot/s1/s2 + i * parts * channels, see group_sums): mean and rstd of
+// sample i's G groups into mean_out/rstd_out[i * G + g], its constants into k + i * 3 * cpad (see
+// channel_constants). The groups' statistics go kStatBatch at a time through batch_statistics, as double vectors:
+// one group at a time, each ended in a dependent chain of two divisions and a square root that the next sample's
+// work queued behind (a quarter of the forward of (64,40,2,4) G1 float32, one group a sample).
+template <bool FOLD, typename C>
+void samples_constants(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
+                       int64_t channels, int64_t G, int64_t samples, double eps, const C* w, const C* b, C* mean_out,
+                       C* rstd_out, C* k, int64_t cpad) {
+  const int64_t cpg = channels / G, stride = parts * channels;
+  const double count = static_cast<double>(cpg * bounds[parts]);
+  __at_align__ double q[kStatBatch] = {}, t1[kStatBatch] = {}, t2[kStatBatch] = {};
+  __at_align__ double mean[kStatBatch], rstd[kStatBatch];
+  int64_t i = 0, g = 0;  // the next group to sum: sample i, group g
+  for (int64_t first = 0; first < samples * G; first += kStatBatch) {
+    const int64_t batch = std::min(kStatBatch, samples * G - first);
+    const int64_t i0 = i, g0 = g;
+    for (int64_t j = 0; j < batch; ++j) {
+      group_sums(pivot + i * stride, s1 + i * stride, s2 + i * stride, bounds, parts, channels, g, cpg, &q[j], &t1[j],
+                 &t2[j]);
+      if (++g == G) g = 0, ++i;
     }
-    v1.store(lanes1);
-    v2.store(lanes2);
-    for (int64_t i = 0; i < L; ++i) {
-      t1 += lanes1[i];
-      t2 += lanes2[i];
-    }
-    const double shift = t1 / count, mean = q + shift;
-    const double rstd = 1.0 / std::sqrt(std::max(t2 - t1 * shift, 0.0) / count + eps);
-    mean_out[g] = static_cast<C>(mean);
-    rstd_out[g] = static_cast<C>(rstd);
-    // The group's channels a vector at a time in the compute type (element by element in double, converting each
-    // value, this was a third of the forward of float32 samples of 40 channels and 8 rows), the rest below.
-    // FOLD's b - mean * a then takes the mean rounded to the compute type: an error of ~u |mean| |a|, the order of
-    // the fold's own (forward_channels_last); nothing changes for float64.
-    using VC = Vectorized<C>;
-    const VC vmean(static_cast<C>(mean)), vrstd(static_cast<C>(rstd));
-    int64_t c = g * cpg;
-    for (; c + VC::size() <= (g + 1) * cpg; c += VC::size()) {
-      const VC a = w ? vrstd * VC::loadu(w + c) : vrstd;
-      const VC bias = b ? VC::loadu(b + c) : VC(C(0));
-      vmean.store(k + c);
-      a.store(k + cpad + c);
-      (FOLD ? bias - vmean * a : bias).store(k + 2 * cpad + c);
-    }
-    for (; c < (g + 1) * cpg; ++c) {
-      const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
-      k[c] = static_cast<C>(mean);
-      k[cpad + c] = static_cast<C>(a);
-      k[2 * cpad + c] = FOLD ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - mean * a) : (b ? b[c] : C(0));
+    batch_statistics(q, t1, t2, count, eps, mean, rstd);
+    i = i0, g = g0;
+    for (int64_t j = 0; j < batch; ++j) {
+      mean_out[i * G + g] = static_cast<C>(mean[j]);
+      rstd_out[i * G + g] = static_cast<C>(rstd[j]);
+      channel_constants<FOLD>(mean[j], rstd[j], g * cpg, (g + 1) * cpg, w, b, k + i * 3 * cpad, cpad);
+      if (++g == G) g = 0, ++i;
     }
   }
 }
@@ -675,21 +704,36 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // Half-precision data keep the shifted form (not measured).
   constexpr bool fold = std::is_same_v<T, float> || std::is_same_v<T, double>;
   if (parts == 1) {
-    // Whole samples (as many as threads, or more): each task takes a sample's sums, its constants and its
-    // normalisation in a row, one parallel region and no serial step between two (at (4,1280,3,3,3) float32, 2
-    // threads, the one thread's finalisation of every sample between two regions, and each region's join, were
-    // half of the forward; the sample is also still in cache when normalised).
+    // Whole samples (as many as threads, or more): each task takes batches of samples' sums, their constants and
+    // their normalisation in a row, one parallel region and no serial step between two (at (4,1280,3,3,3) float32,
+    // 2 threads, the one thread's finalisation of every sample between two regions, and each region's join, were
+    // half of the forward; the samples are also still in cache when normalised). A batch: up to kStatBatch groups
+    // (their statistics computed together) and kBatchBytes of samples.
+    constexpr int64_t kBatchBytes = 65536;
+    const int64_t batch = std::clamp<int64_t>(
+        std::min(kStatBatch / G, kBatchBytes / std::max<int64_t>(1, sample * static_cast<int64_t>(sizeof(T)))), 1,
+        kStatBatch);
     at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
-      std::vector<double> sums(static_cast<size_t>(3 * channels));
-      std::vector<C> k(static_cast<size_t>(4 * cpad), C(0));  // m, a, b, then channel_sums' pivots
-      for (int64_t n = first; n < last; ++n) {
-        if (fresh_output) touch_pages(y + n * sample, sample);
-        channel_sums(x + n * sample, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + channels,
-                     sums.data() + 2 * channels);
-        sample_constants<fold>(sums.data(), sums.data() + channels, sums.data() + 2 * channels, bounds.data(), 1,
-                               channels, G, eps, w, b, mean_out + n * G, rstd_out + n * G, k.data(), cpad);
-        normalize_rows<fold>(x + n * sample, y + n * sample, channels, 0, HW, k.data(), k.data() + cpad,
-                             k.data() + 2 * cpad, ep);
+      std::vector<double> sums(static_cast<size_t>(3 * batch * channels));  // pivots, s1, s2 of each sample
+      std::vector<C> k(static_cast<size_t>((3 * batch + 1) * cpad), C(0));  // m, a, b of each, then pivots
+      double* pivots = sums.data();
+      double* s1 = pivots + batch * channels;
+      double* s2 = s1 + batch * channels;
+      for (int64_t n0 = first; n0 < last; n0 += batch) {
+        const int64_t count = std::min(batch, last - n0);
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t n = n0 + i;
+          if (fresh_output) touch_pages(y + n * sample, sample);
+          channel_sums(x + n * sample, channels, 0, HW, k.data() + 3 * batch * cpad, pivots + i * channels,
+                       s1 + i * channels, s2 + i * channels);
+        }
+        samples_constants<fold>(pivots, s1, s2, bounds.data(), 1, channels, G, count, eps, w, b, mean_out + n0 * G,
+                                rstd_out + n0 * G, k.data(), cpad);
+        for (int64_t i = 0; i < count; ++i) {
+          const C* ki = k.data() + i * 3 * cpad;
+          normalize_rows<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, 0, HW, ki, ki + cpad,
+                               ki + 2 * cpad, ep);
+        }
       }
     });
     return;
@@ -708,11 +752,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   });
   // Per sample: m, a, b (cpad each), zero-padded.
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t at = n * parts * channels;
-    sample_constants<fold>(&ppivot[at], &ps1[at], &ps2[at], bounds.data(), parts, channels, G, eps, w, b,
-                           mean_out + n * G, rstd_out + n * G, &coef[n * 3 * cpad], cpad);
-  }
+  samples_constants<fold>(ppivot.data(), ps1.data(), ps2.data(), bounds.data(), parts, channels, G, N, eps, w, b,
+                          mean_out, rstd_out, coef.data(), cpad);
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
