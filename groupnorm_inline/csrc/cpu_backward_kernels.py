@@ -755,14 +755,17 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
   constexpr bool kDm = !std::is_same_v<C, double>;
   for (int64_t c = 0; c < channels; ++c) out[c] = ChannelSums{};
   const int64_t cpad = round_up(channels, W);
-  std::vector<C> acc(static_cast<size_t>(3 * cpad));
+  // Per thread, kept across calls (a fresh vector per call, i.e. per sample of the whole-sample path, was a tenth
+  // of the backward of samples of 6 rows in malloc and free: perf at (32,128,3,2)).
+  thread_local std::vector<C> acc;
+  if (acc.size() < static_cast<size_t>(3 * cpad)) acc.resize(static_cast<size_t>(3 * cpad));
   C* const sd = acc.data();   // sum dz (x - m)
   C* const sb = sd + cpad;    // sum dz
   C* const sm = sb + cpad;    // sum (x - m)
   auto vload = [](const C* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
   for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
     const int64_t r1 = std::min(hi, r0 + kTileRows);
-    std::fill(acc.begin(), acc.end(), C(0));
+    std::fill_n(acc.data(), 3 * cpad, C(0));
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * channels;
       const T* gr = dy + r * channels;
@@ -889,9 +892,16 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // Sample n's m, a and bias, group by group (a channel's group from a division per channel cost more than the
   // rest of the backward of samples of 2 rows: perf at (8,256,1,2) float32).
   auto fill_constants = [&](int64_t n) {
+    using VC = Vectorized<C>;
     for (int64_t g = 0; g < G; ++g) {
       const C m = p.mean[n * G + g], r = p.rstd[n * G + g];
-      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
+      int64_t c = g * cpg;
+      for (; c + VC::size() <= (g + 1) * cpg; c += VC::size()) {  // a vector of the group's channels at a time
+        VC(m).store(vec(n, kM) + c);
+        (p.w ? VC(r) * VC::loadu(p.w + c) : VC(r)).store(vec(n, kA) + c);
+        (p.bias ? VC::loadu(p.bias + c) : VC(C(0))).store(vec(n, kBias) + c);
+      }
+      for (; c < (g + 1) * cpg; ++c) {
         vec(n, kM)[c] = m;
         vec(n, kA)[c] = r * (p.w ? p.w[c] : C(1));
         vec(n, kBias)[c] = p.bias ? p.bias[c] : C(0);
@@ -915,10 +925,8 @@ void backward_channels_last(const BackwardArgs<T>& p) {
       const GroupCoefficients k =
           group_coefficients(parts > 1 ? total : part_sums + g * cpg, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[n * G + g]),
                              p.ds + n * channels + g * cpg, p.db + n * channels + g * cpg);
-      for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c) {
-        vec(n, kCx)[c] = static_cast<C>(k.coef_x);
-        vec(n, kC1)[c] = static_cast<C>(k.coef_1);
-      }
+      std::fill_n(vec(n, kCx) + g * cpg, cpg, static_cast<C>(k.coef_x));
+      std::fill_n(vec(n, kC1) + g * cpg, cpg, static_cast<C>(k.coef_1));
     }
   };
   const bool stream = p.dx && stream_output<T>(N * sample);

@@ -271,17 +271,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
       run(std::true_type{});
     }
     if (!(output_mask[1] || output_mask[2])) return;
-    // dw[c] = sum_n ds[n, c] * rstd[n, g],  db[c] = sum_n db[n, c].
+    // dw[c] = sum_n ds[n, c] * rstd[n, g],  db[c] = sum_n db[n, c]: sample by sample into every channel's sums
+    // (the same order of additions per channel as a loop over n per channel, whose dependent chain of N additions
+    // per channel cost ~5 us at (32,128,3,2); this way the channels are independent lanes).
     const C_t* rp = args.rstd;
     const int64_t cpg = C / G;
-    for (int64_t c = 0; c < C; ++c) {
-      double sw = 0, sb = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        sw += ds[n * C + c] * static_cast<double>(rp[n * G + c / cpg]);
-        sb += db[n * C + c];
+    double* sw = param_grads.data();
+    double* sb = sw + C;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        const double r = static_cast<double>(rp[n * G + g]);
+        const double* dsn = &ds[n * C + g * cpg];
+        const double* dbn = &db[n * C + g * cpg];
+        double* swg = sw + g * cpg;
+        double* sbg = sb + g * cpg;
+        for (int64_t cl = 0; cl < cpg; ++cl) {
+          swg[cl] += dsn[cl] * r;
+          sbg[cl] += dbn[cl];
+        }
       }
-      param_grads[c] = sw;
-      param_grads[C + c] = sb;
     }
   });
   if (output_mask[1] || output_mask[2]) write_param_grads(param_grads, C, output_mask[1] ? &dw : nullptr,
