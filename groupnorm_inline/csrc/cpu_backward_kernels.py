@@ -923,8 +923,9 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         total[cl] = t;
       }
       const GroupCoefficients k =
-          group_coefficients(parts > 1 ? total : part_sums + g * cpg, cpg, HW, p.w ? p.w + g * cpg : nullptr, static_cast<double>(p.rstd[n * G + g]),
-                             p.ds + n * channels + g * cpg, p.db + n * channels + g * cpg);
+          group_coefficients(parts > 1 ? total : part_sums + g * cpg, cpg, HW, p.w ? p.w + g * cpg : nullptr,
+                             static_cast<double>(p.rstd[n * G + g]), p.ds + n * channels + g * cpg,
+                             p.db + n * channels + g * cpg);
       std::fill_n(vec(n, kCx) + g * cpg, cpg, static_cast<C>(k.coef_x));
       std::fill_n(vec(n, kC1) + g * cpg, cpg, static_cast<C>(k.coef_1));
     }
