@@ -889,23 +889,13 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
   std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
   auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
-  // Sample n's m, a and bias, group by group (a channel's group from a division per channel cost more than the
-  // rest of the backward of samples of 2 rows: perf at (8,256,1,2) float32).
+  // Sample n's m, a and bias, group by group, a vector of channels at a time (channel_constants of the forward,
+  // unfolded: its m, a, b are these; a channel's group from a division per channel cost more than the rest of the
+  // backward of samples of 2 rows: perf at (8,256,1,2) float32).
   auto fill_constants = [&](int64_t n) {
-    using VC = Vectorized<C>;
     for (int64_t g = 0; g < G; ++g) {
-      const C m = p.mean[n * G + g], r = p.rstd[n * G + g];
-      int64_t c = g * cpg;
-      for (; c + VC::size() <= (g + 1) * cpg; c += VC::size()) {  // a vector of the group's channels at a time
-        VC(m).store(vec(n, kM) + c);
-        (p.w ? VC(r) * VC::loadu(p.w + c) : VC(r)).store(vec(n, kA) + c);
-        (p.bias ? VC::loadu(p.bias + c) : VC(C(0))).store(vec(n, kBias) + c);
-      }
-      for (; c < (g + 1) * cpg; ++c) {
-        vec(n, kM)[c] = m;
-        vec(n, kA)[c] = r * (p.w ? p.w[c] : C(1));
-        vec(n, kBias)[c] = p.bias ? p.bias[c] : C(0);
-      }
+      channel_constants<false>(static_cast<double>(p.mean[n * G + g]), static_cast<double>(p.rstd[n * G + g]),
+                               g * cpg, (g + 1) * cpg, p.w, p.bias, vec(n, kM), cpad);
     }
   };
   // Sample n's cx and c1, and its rows of ds and db, from the channel sums of its parts (part j's at
