@@ -210,7 +210,8 @@ GN_CPU_INLINE void channel_grad_input(const T* x, const T* dy, T* dx, int64_t le
 }
 
 // The coefficients of one (n, g) from its channels' sums (cpg of them), and the per-channel sums handed back
-// for the parameter gradients: ds_out[cl] = ds - delta * db (about the exact mean), db_out[cl] = db.
+// for the parameter gradients: ds_out[cl] = (ds - delta * db) * rstd (about the exact mean, the weight gradient's
+// term of this sample), db_out[cl] = db.
 struct GroupCoefficients {
   double delta, coef_x, coef_1;
 };
@@ -241,7 +242,7 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
   }
   const double delta = (dm0 + dm1) * inv_d, B = b0 + b1, S = (s0 + s1) - delta * B;
   for (cl = 0; cl < cpg; ++cl) {
-    ds_out[cl] = sums[cl].ds - delta * sums[cl].db;
+    ds_out[cl] = (sums[cl].ds - delta * sums[cl].db) * rstd;
     db_out[cl] = sums[cl].db;
   }
   GroupCoefficients k;
@@ -252,7 +253,7 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
 }
 
 // group_coefficients for a slice whose per-channel sums are already in ds_out / db_out (raw: ds_out gets
-// ds - delta * db written back) and dm = the slice's sum of (x - m); the divisions by D as products with 1 / D, off
+// (ds - delta * db) * rstd written back) and dm = the slice's sum of (x - m); the divisions by D as products with 1 / D, off
 // the slice's dependent chain. w: the group's weights, or null.
 template <typename W>
 inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D, const W* w, double rstd,
@@ -262,7 +263,7 @@ inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D,
   for (int64_t cl = 0; cl < cpg; ++cl) {
     const double wc = w ? static_cast<double>(w[cl]) : 1.0;
     const double ds = ds_out[cl] - delta * db_out[cl];
-    ds_out[cl] = ds;
+    ds_out[cl] = ds * rstd;
     S += wc * ds;
     B += wc * db_out[cl];
   }
@@ -274,7 +275,8 @@ inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D,
 }
 
 // Inputs of the backward kernels. x, dy, dx: the input's layout (dx null: not asked for); mean, rstd: (N*G,);
-// w, bias: (C,) in the compute type, or null; ds, db: (N, C) per-(n, c) sums written for the parameter gradients.
+// w, bias: (C,) in the compute type, or null; ds, db: (N, C) per-(n, c) sums written for the parameter gradients
+// (ds already times its group's rstd: dw[c] = sum_n ds[n, c], db[c] = sum_n db[n, c]).
 template <typename T>
 struct BackwardArgs {
   const T* x;
@@ -632,6 +634,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
     for (int64_t cl = whole; cl < cpg; ++cl) dmv[cl - whole] += static_cast<double>(static_cast<C>(xs[cl]) - m);
     const double dm = (dmv[0] + dmv[1]) + (dmv[2] + dmv[3]);
     const double dd = static_cast<double>(D), delta = dm / dd;
+    const double rstd = static_cast<double>(p.rstd[s]);
     double* ds_out = p.ds + n * p.channels + c0;
     double* db_out = p.db + n * p.channels + c0;
     auto add_element = [&](int64_t cl, int64_t k) {
@@ -640,7 +643,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
       const double db = static_cast<double>(gz), ds = static_cast<double>(gz * d) - delta * db;
       Sv[k] += wc * ds;
       Bv[k] += wc * db;
-      ds_out[cl] = ds;
+      ds_out[cl] = ds * rstd;
       db_out[cl] = db;
     };
     for (int64_t cl = 0; cl < whole; cl += kChains) {
@@ -649,7 +652,6 @@ void backward_nchw(const BackwardArgs<T>& p) {
     for (int64_t cl = whole; cl < cpg; ++cl) add_element(cl, cl - whole);
     const double S = (Sv[0] + Sv[1]) + (Sv[2] + Sv[3]), B = (Bv[0] + Bv[1]) + (Bv[2] + Bv[3]);
     if (!p.dx) return;
-    const double rstd = static_cast<double>(p.rstd[s]);
     const double coef_x = -rstd * rstd * rstd * S / dd, coef_1 = -rstd * B / dd - coef_x * delta;
     const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
     for (int64_t cl = 0; cl < cpg; ++cl) {
@@ -734,7 +736,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
   });
 }
 
-// Per-channel sums of rows [lo, hi) of one channels-last sample into out[c] (written), two ways (see
+// Per-channel sums of rows [lo, hi) of one channels-last sample into ds[c], db[c], dm[c] (written), two ways (see
 // channel_sums_rows for which). m, a, bias: per-channel vectors (the group's saved mean, rstd * w[c], bias[c])
 // zero-padded to a multiple of kWidth.
 // In row order: two sequential streams (x, dy), each row added into per-channel accumulators of the compute
@@ -747,13 +749,15 @@ void backward_nchw(const BackwardArgs<T>& p) {
 template <typename T, bool kAct>
 void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi,
                                const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
-                               const gn_act::Params& act, ChannelSums* out) {
+                               const gn_act::Params& act, double* ds, double* db, double* dm) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
   constexpr bool kDm = !std::is_same_v<C, double>;
-  for (int64_t c = 0; c < channels; ++c) out[c] = ChannelSums{};
+  std::fill_n(ds, channels, 0.0);
+  std::fill_n(db, channels, 0.0);
+  std::fill_n(dm, channels, 0.0);
   const int64_t cpad = round_up(channels, W);
   // Per thread, kept across calls (a fresh vector per call, i.e. per sample of the whole-sample path, was a tenth
   // of the backward of samples of 6 rows in malloc and free: perf at (32,128,3,2)).
@@ -778,11 +782,9 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
         if constexpr (kDm) (vload(sm, c) + d).lanes(sm + c);
       }
     }
-    for (int64_t c = 0; c < channels; ++c) {
-      out[c].ds += static_cast<double>(sd[c]);
-      out[c].db += static_cast<double>(sb[c]);
-      out[c].dm += static_cast<double>(sm[c]);  // stays 0 without kDm
-    }
+    for (int64_t c = 0; c < channels; ++c) ds[c] += static_cast<double>(sd[c]);
+    for (int64_t c = 0; c < channels; ++c) db[c] += static_cast<double>(sb[c]);
+    for (int64_t c = 0; c < channels; ++c) dm[c] += static_cast<double>(sm[c]);  // stays 0 without kDm
   }
 }
 
@@ -791,12 +793,14 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
 template <typename T, bool kAct>
 void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
                           const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act,
-                          ChannelSums* out) {
+                          double* ds, double* db, double* dm) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
-  for (int64_t c = 0; c < channels; ++c) out[c] = ChannelSums{};
+  std::fill_n(ds, channels, 0.0);
+  std::fill_n(db, channels, 0.0);
+  std::fill_n(dm, channels, 0.0);
   __at_align__ C l1[W];
   __at_align__ C l2[W];
   __at_align__ C l3[W];
@@ -829,11 +833,9 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo,
       sd.lanes(l1);
       sb.lanes(l2);
       sm.lanes(l3);
-      for (int64_t j = 0; j < cnt; ++j) {
-        out[c + j].ds += static_cast<double>(l1[j]);
-        out[c + j].db += static_cast<double>(l2[j]);
-        out[c + j].dm += static_cast<double>(l3[j]);
-      }
+      for (int64_t j = 0; j < cnt; ++j) ds[c + j] += static_cast<double>(l1[j]);
+      for (int64_t j = 0; j < cnt; ++j) db[c + j] += static_cast<double>(l2[j]);
+      for (int64_t j = 0; j < cnt; ++j) dm[c + j] += static_cast<double>(l3[j]);
     }
   }
 }
@@ -843,11 +845,16 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo,
 // 1.11 -> 0.85 ms float64, 0.56 -> 0.49 ms float32 (PyTorch: 0.84, 0.47). Half data converts every element and
 // moves half the bytes, so the register walk's fewer instructions win there: the row order took (2, 512, 16, 16)
 // float16 forward + backward from 0.143 to 0.167 ms.
+constexpr int64_t kFewRows = 32;
 template <typename T, bool kAct>
 void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
-                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, ChannelSums* out) {
-  if constexpr (sizeof(T) >= 4) channel_sums_in_row_order<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, out);
-  else channel_sums_columns<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, out);
+                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, double* ds,
+                       double* db, double* dm) {
+  if (sizeof(T) >= 4 && hi - lo > kFewRows) {
+    channel_sums_in_row_order<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, ds, db, dm);
+  } else {
+    channel_sums_columns<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, ds, db, dm);
+  }
 }
 
 // Rows [lo, hi) of one channels-last sample: dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
@@ -874,6 +881,58 @@ void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t l
   if (stream) stream_fence();
 }
 
+// One channels-last sample's coefficients from its per-channel sums (ds, db, dm: `channels` doubles each, as
+// channel_sums_rows gives them): per group (mean m, rstd r, weights w) delta = sum dm / D, S = sum w (ds - delta db),
+// B = sum w db; cx = -r^3 S / D and c1 = -r B / D - cx delta spread over the group's channels (cx, c1: the compute
+// type, padded vectors); ds_out = (ds - delta db) r and db_out = db for the parameter gradients. wd: w in double (1
+// without weights). The group's sums are scalar chains over its cpg channels; every store is a vector (masked
+// for groups narrower than one): stored element by element, the coefficients, the parameter sums and the
+// double sums of the channels were most of the backward of samples of 6 rows ((32,128,3,2) float32, 4 channels
+// a group: 1.5x PyTorch's, perf).
+template <typename C>
+void sample_coefficients(const double* ds, const double* db, const double* dm, int64_t G, int64_t cpg, int64_t HW,
+                         const double* wd, const C* rstd, double* ds_out, double* db_out, C* cx, C* c1) {
+  using VD = Vectorized<double>;
+  using VC = Vectorized<C>;
+  constexpr int64_t LD = VD::size(), LC = VC::size();
+  const double inv_d = 1.0 / static_cast<double>(cpg * HW);
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t c0 = g * cpg, c1_end = c0 + cpg;
+    double dm0 = 0, dm1 = 0, s0 = 0, s1 = 0, b0 = 0, b1 = 0;  // two chains each
+    int64_t c = c0;
+    for (; c + 2 <= c1_end; c += 2) {
+      dm0 += dm[c];
+      dm1 += dm[c + 1];
+      s0 += wd[c] * ds[c];
+      s1 += wd[c + 1] * ds[c + 1];
+      b0 += wd[c] * db[c];
+      b1 += wd[c + 1] * db[c + 1];
+    }
+    if (c < c1_end) {
+      dm0 += dm[c];
+      s0 += wd[c] * ds[c];
+      b0 += wd[c] * db[c];
+    }
+    const double r = static_cast<double>(rstd[g]);
+    const double delta = (dm0 + dm1) * inv_d, B = b0 + b1, S = (s0 + s1) - delta * B;
+    const double coef_x = -r * r * r * S * inv_d, coef_1 = -r * B * inv_d - coef_x * delta;
+    const VD vdelta(delta), vr(r);
+    for (c = c0; c < c1_end; c += LD) {
+      const int64_t cnt = std::min(LD, c1_end - c);
+      const VD vb = cnt == LD ? VD::loadu(db + c) : VD::loadu(db + c, cnt);
+      const VD vs = cnt == LD ? VD::loadu(ds + c) : VD::loadu(ds + c, cnt);
+      ((vs - vdelta * vb) * vr).store(ds_out + c, static_cast<int>(cnt));
+      vb.store(db_out + c, static_cast<int>(cnt));
+    }
+    const VC vx(static_cast<C>(coef_x)), v1(static_cast<C>(coef_1));
+    for (c = c0; c < c1_end; c += LC) {
+      const int cnt = static_cast<int>(std::min(LC, c1_end - c));
+      vx.store(cx + c, cnt);
+      v1.store(c1 + c, cnt);
+    }
+  }
+}
+
 template <typename T, bool kAct>
 void backward_channels_last(const BackwardArgs<T>& p) {
   using C = compute_t<T>;
@@ -885,73 +944,70 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once, no division per item).
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
   for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
-  // Per sample, five zero-padded per-channel vectors: m, a, bias (read by both passes), cx, c1 (second pass).
+  // Per sample, five zero-padded per-channel vectors: m, a, bias (read by both passes), cx, c1 (second pass), at
+  // k + which * cpad: one set per task on the whole-sample path (a zero-filled set per sample of the call was a
+  // twentieth of the backward of (128,128,3,2)), one per sample on the parted one.
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
-  std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
-  auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
-  // Sample n's m, a and bias, group by group, a vector of channels at a time (channel_constants of the forward,
-  // unfolded: its m, a, b are these; a channel's group from a division per channel cost more than the rest of the
-  // backward of samples of 2 rows: perf at (8,256,1,2) float32).
-  auto fill_constants = [&](int64_t n) {
-    for (int64_t g = 0; g < G; ++g) {
-      channel_constants<false>(static_cast<double>(p.mean[n * G + g]), static_cast<double>(p.rstd[n * G + g]),
-                               g * cpg, (g + 1) * cpg, p.w, p.bias, vec(n, kM), cpad);
-    }
+  std::vector<double> wd(static_cast<size_t>(channels), 1.0);  // the weights in double
+  if (p.w) std::copy(p.w, p.w + channels, wd.begin());
+  // Sample n's m, a and bias (sample_constants of the forward, unfolded: its m, a, b are these).
+  auto fill_constants = [&](int64_t n, C* k) {
+    sample_constants<false>(p.mean + n * G, p.rstd + n * G, G, cpg, p.w, p.bias, k + kM * cpad, cpad);
   };
-  // Sample n's cx and c1, and its rows of ds and db, from the channel sums of its parts (part j's at
-  // part_sums[j * channels]); total: cpg scratch.
-  auto fill_coefficients = [&](int64_t n, const ChannelSums* part_sums, ChannelSums* total) {
-    for (int64_t g = 0; g < G; ++g) {
-      for (int64_t cl = 0; parts > 1 && cl < cpg; ++cl) {  // one part: its sums are the sample's
-        ChannelSums t;
-        for (int64_t j = 0; j < parts; ++j) {
-          const ChannelSums& part = part_sums[j * channels + g * cpg + cl];
-          t.ds += part.ds;
-          t.db += part.db;
-          t.dm += part.dm;
-        }
-        total[cl] = t;
-      }
-      const GroupCoefficients k =
-          group_coefficients(parts > 1 ? total : part_sums + g * cpg, cpg, HW, p.w ? p.w + g * cpg : nullptr,
-                             static_cast<double>(p.rstd[n * G + g]), p.ds + n * channels + g * cpg,
-                             p.db + n * channels + g * cpg);
-      std::fill_n(vec(n, kCx) + g * cpg, cpg, static_cast<C>(k.coef_x));
-      std::fill_n(vec(n, kC1) + g * cpg, cpg, static_cast<C>(k.coef_1));
-    }
+  // Sample n's cx, c1, and its rows of ds and db, from its channel sums (ds, db, dm: `channels` each).
+  auto fill_coefficients = [&](int64_t n, C* k, const double* ds, const double* db, const double* dm) {
+    sample_coefficients(ds, db, dm, G, cpg, HW, wd.data(), p.rstd + n * G, p.ds + n * channels,
+                        p.db + n * channels, k + kCx * cpad, k + kC1 * cpad);
   };
   const bool stream = p.dx && stream_output<T>(N * sample);
   if (parts == 1) {
     // Whole samples: each task takes a sample's constants, sums, coefficients and dx in a row, one parallel
     // region with no serial step between two (as forward_channels_last does).
     at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
-      std::vector<ChannelSums> sums(static_cast<size_t>(channels)), total(static_cast<size_t>(cpg));
+      std::vector<double> sums(static_cast<size_t>(3 * channels));  // ds, db, dm
+      double* const ds = sums.data();
+      double* const db = ds + channels;
+      double* const dm = db + channels;
+      std::vector<C> vecs(static_cast<size_t>(kVectors * cpad), C(0));
+      C* const k = vecs.data();
       for (int64_t n = first; n < last; ++n) {
-        fill_constants(n);
-        channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, 0, HW, vec(n, kM), vec(n, kA),
-                                   vec(n, kBias), p.act, sums.data());
-        fill_coefficients(n, sums.data(), total.data());
+        fill_constants(n, k);
+        channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, 0, HW, k + kM * cpad,
+                                   k + kA * cpad, k + kBias * cpad, p.act, ds, db, dm);
+        fill_coefficients(n, k, ds, db, dm);
         if (p.dx) {
           grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, 0, HW,
-                                   vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx), vec(n, kC1), p.act, stream);
+                                   k + kM * cpad, k + kA * cpad, k + kBias * cpad, k + kCx * cpad, k + kC1 * cpad,
+                                   p.act, stream);
         }
       }
     });
     return;
   }
   // Samples cut into parts (fewer samples than threads): the parts' sums, each sample's coefficients, the parts' dx.
-  for (int64_t n = 0; n < N; ++n) fill_constants(n);
-  std::vector<ChannelSums> sums(static_cast<size_t>(items * channels));
+  // Item it's sums at sums[3 * it * channels]: ds, db, dm.
+  std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
+  auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
+  for (int64_t n = 0; n < N; ++n) fill_constants(n, vec(n, kM));
+  std::vector<double> sums(static_cast<size_t>(3 * items * channels));
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
+      double* const ds = &sums[3 * it * channels];
       channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, bounds[it % parts],
-                                 bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), p.act,
-                                 &sums[it * channels]);
+                                 bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), p.act, ds,
+                                 ds + channels, ds + 2 * channels);
     }
   });
-  std::vector<ChannelSums> total(static_cast<size_t>(cpg));
-  for (int64_t n = 0; n < N; ++n) fill_coefficients(n, &sums[n * parts * channels], total.data());
+  // A sample's parts added into its first part's sums, in part order.
+  for (int64_t n = 0; n < N; ++n) {
+    double* const total = &sums[3 * n * parts * channels];
+    for (int64_t j = 1; j < parts; ++j) {
+      const double* part = total + 3 * j * channels;
+      for (int64_t c = 0; c < 3 * channels; ++c) total[c] += part[c];
+    }
+    fill_coefficients(n, vec(n, kM), total, total + channels, total + 2 * channels);
+  }
   if (!p.dx) return;
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {

@@ -618,35 +618,46 @@ inline void group_sums(const double* pivot, const double* s1, const double* s2, 
   *t2_out = t2;
 }
 
-// Channels [c0, c1) of one group (mean, rstd): into k (3 * cpad) m, a, b for normalize_rows<FOLD>: m = mean,
-// a = rstd * w, b = bias, or with FOLD b = bias - mean * a (m unused). A vector at a time in the compute type
-// (element by element in double, converting each value, this was a third of the forward of float32 samples of 40
-// channels and 8 rows), the rest element by element. FOLD's b - mean * a then takes the mean rounded to the compute
-// type: an error of ~u |mean| |a|, the order of the fold's own (forward_channels_last); nothing changes for float64.
+// One sample's per-channel constants from its G groups' statistics (mean[g], rstd[g]): into k (3 * cpad, zero
+// past `channels` and kept so) m = mean, a = rstd * w, b = bias, or with FOLD b = bias - mean * a (m unused by
+// normalize_rows<FOLD>). Each group's mean and rstd are first spread over its cpg channels, then a and b are computed
+// a vector at a time over the whole sample (w and b read with masked loads at the tail). (Group by group, a group
+// narrower than a vector went element by element in double: with 4 channels a group, those calls were a third of
+// the channels-last backward of (32,128,3,2) float32, and with 40 the 8-channel tails a tenth of the forward of
+// (64,40,2,4) G1; perf.) FOLD's b - mean * a takes the mean rounded to the compute type: an error of ~u |mean| |a|,
+// the order of the fold's own (forward_channels_last); nothing changes for float64.
 template <bool FOLD, typename C>
-void channel_constants(double mean, double rstd, int64_t c0, int64_t c1, const C* w, const C* b, C* k, int64_t cpad) {
+void sample_constants(const C* mean, const C* rstd, int64_t G, int64_t cpg, const C* w, const C* b, C* k,
+                      int64_t cpad) {
   using VC = Vectorized<C>;
-  const VC vmean(static_cast<C>(mean)), vrstd(static_cast<C>(rstd));
-  int64_t c = c0;
-  for (; c + VC::size() <= c1; c += VC::size()) {
-    const VC a = w ? vrstd * VC::loadu(w + c) : vrstd;
-    const VC bias = b ? VC::loadu(b + c) : VC(C(0));
-    vmean.store(k + c);
-    a.store(k + cpad + c);
-    (FOLD ? bias - vmean * a : bias).store(k + 2 * cpad + c);
+  constexpr int64_t L = VC::size();
+  const int64_t channels = G * cpg;
+  C* const m = k;
+  C* const a = k + cpad;
+  C* const bias = k + 2 * cpad;
+  for (int64_t g = 0; g < G; ++g) {  // vector stores, masked at a group's end (element stores: one a cycle)
+    const VC vm(mean[g]), vr(rstd[g]);
+    for (int64_t c = g * cpg; c < (g + 1) * cpg; c += L) {
+      const int cnt = static_cast<int>(std::min(L, (g + 1) * cpg - c));
+      vm.store(m + c, cnt);
+      vr.store(a + c, cnt);
+    }
   }
-  for (; c < c1; ++c) {
-    const double a = w ? rstd * static_cast<double>(w[c]) : rstd;
-    k[c] = static_cast<C>(mean);
-    k[cpad + c] = static_cast<C>(a);
-    k[2 * cpad + c] = FOLD ? static_cast<C>((b ? static_cast<double>(b[c]) : 0.0) - mean * a) : (b ? b[c] : C(0));
+  for (int64_t c = 0; c < channels; c += L) {
+    const int64_t cnt = std::min(L, channels - c);  // m and a are 0 past `channels`, w and b read as 0 there
+    const VC vm = VC::loadu(m + c);
+    VC va = VC::loadu(a + c);
+    if (w) va = va * (cnt == L ? VC::loadu(w + c) : VC::loadu(w + c, cnt));
+    const VC vb = b ? (cnt == L ? VC::loadu(b + c) : VC::loadu(b + c, cnt)) : VC(C(0));
+    va.store(a + c);
+    (FOLD ? vb - vm * va : vb).store(bias + c);
   }
 }
 
 // The group statistics and per-channel constants of `samples` consecutive channels-last samples, from the channel
 // sums of each one's parts (sample i's at pivot/s1/s2 + i * parts * channels, see group_sums): mean and rstd of
 // sample i's G groups into mean_out/rstd_out[i * G + g], its constants into k + i * 3 * cpad (see
-// channel_constants). The groups' statistics go kStatBatch at a time through batch_statistics, as double vectors:
+// sample_constants). The groups' statistics go kStatBatch at a time through batch_statistics, as double vectors:
 // one group at a time, each ended in a dependent chain of two divisions and a square root that the next sample's
 // work queued behind (a quarter of the forward of (64,40,2,4) G1 float32, one group a sample).
 template <bool FOLD, typename C>
@@ -667,14 +678,13 @@ void samples_constants(const double* pivot, const double* s1, const double* s2, 
       if (++g == G) g = 0, ++i;
     }
     batch_statistics(q, t1, t2, count, eps, mean, rstd);
-    i = i0, g = g0;
     for (int64_t j = 0; j < batch; ++j) {
-      mean_out[i * G + g] = static_cast<C>(mean[j]);
-      rstd_out[i * G + g] = static_cast<C>(rstd[j]);
-      channel_constants<FOLD>(mean[j], rstd[j], g * cpg, (g + 1) * cpg, w, b, k + i * 3 * cpad, cpad);
-      if (++g == G) g = 0, ++i;
+      mean_out[i0 * G + g0 + j] = static_cast<C>(mean[j]);
+      rstd_out[i0 * G + g0 + j] = static_cast<C>(rstd[j]);
     }
   }
+  for (i = 0; i < samples; ++i)
+    sample_constants<FOLD>(mean_out + i * G, rstd_out + i * G, G, cpg, w, b, k + i * 3 * cpad, cpad);
 }
 
 // x, y: (N, HW, channels) contiguous (NHWC / NDHWC); w, b: (channels,) or null; mean, rstd: (N*G,).

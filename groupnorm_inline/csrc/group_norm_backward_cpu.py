@@ -271,24 +271,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
       run(std::true_type{});
     }
     if (!(output_mask[1] || output_mask[2])) return;
-    // dw[c] = sum_n ds[n, c] * rstd[n, g],  db[c] = sum_n db[n, c]: sample by sample into every channel's sums
-    // (the same order of additions per channel as a loop over n per channel, whose dependent chain of N additions
-    // per channel cost ~5 us at (32,128,3,2); this way the channels are independent lanes).
-    const C_t* rp = args.rstd;
-    const int64_t cpg = C / G;
+    // dw[c] = sum_n ds[n, c] (each already times its group's rstd),  db[c] = sum_n db[n, c]: sample by sample into
+    // every channel's sums, a vector of channels at a time (the same order of additions per channel as a loop over
+    // n per channel, whose dependent chain of N additions per channel cost ~5 us at (32,128,3,2); group by group,
+    // element by element, a tenth of the backward of (128,128,3,2)).
+    using VD = at::vec::Vectorized<double>;
+    constexpr int64_t L = VD::size();
     double* sw = param_grads.data();
     double* sb = sw + C;
     for (int64_t n = 0; n < N; ++n) {
-      for (int64_t g = 0; g < G; ++g) {
-        const double r = static_cast<double>(rp[n * G + g]);
-        const double* dsn = &ds[n * C + g * cpg];
-        const double* dbn = &db[n * C + g * cpg];
-        double* swg = sw + g * cpg;
-        double* sbg = sb + g * cpg;
-        for (int64_t cl = 0; cl < cpg; ++cl) {
-          swg[cl] += dsn[cl] * r;
-          sbg[cl] += dbn[cl];
-        }
+      const double* dsn = &ds[n * C];
+      const double* dbn = &db[n * C];
+      int64_t c = 0;
+      for (; c + L <= C; c += L) {
+        (VD::loadu(sw + c) + VD::loadu(dsn + c)).store(sw + c);
+        (VD::loadu(sb + c) + VD::loadu(dbn + c)).store(sb + c);
+      }
+      for (; c < C; ++c) {
+        sw[c] += dsn[c];
+        sb[c] += dbn[c];
       }
     }
   });
