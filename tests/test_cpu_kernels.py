@@ -168,7 +168,11 @@ def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
 
 # Few slices (NCHW) or few samples (channels-last) beside several threads: the kernels cut each slice / sample into
 # parts (at least 4096 elements each, when there are at least 32768 elements in all) whose moments and sums are
-# merged. (shape, groups, memory format); 1, 3 and 5 units against 2, 3 and 4 threads.
+# merged. (shape, groups, memory format); 1, 3 and 5 units against 2, 3 and 4 threads. Channels-last samples whose
+# groups can be cut into chunks of equal width (group_chunks: a number that evens out the threads' shares divides
+# G, every chunk at least one pack of channels wide) are cut by groups instead, each chunk with its own statistics:
+# (3, 256, 6, 7) G8 at 2 threads (2 chunks of 128 channels) and 4 (4 of 64), (1, 512, 8, 8) G32 at 2 and 4 (at 3
+# no chunk count divides 32: parts of rows), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels).
 SPLIT_SHAPES = [
     ((1, 3, 64, 64), 1, torch.contiguous_format),
     ((1, 6, 48, 50), 3, torch.contiguous_format),
@@ -176,6 +180,9 @@ SPLIT_SHAPES = [
     ((1, 8, 64, 64), 2, torch.channels_last),
     ((3, 24, 33, 35), 4, torch.channels_last),
     ((1, 16, 5, 24, 25), 4, torch.channels_last_3d),
+    ((3, 256, 6, 7), 8, torch.channels_last),
+    ((1, 512, 8, 8), 32, torch.channels_last),
+    ((3, 64, 4, 9, 10), 4, torch.channels_last_3d),
 ]
 
 

@@ -736,7 +736,8 @@ void backward_nchw(const BackwardArgs<T>& p) {
   });
 }
 
-// Per-channel sums of rows [lo, hi) of one channels-last sample into ds[c], db[c], dm[c] (written), two ways (see
+// Per-channel sums of rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart) into
+// ds[c], db[c], dm[c] (written), two ways (see
 // channel_sums_rows for which). m, a, bias: per-channel vectors (the group's saved mean, rstd * w[c], bias[c])
 // zero-padded to a multiple of kWidth.
 // In row order: two sequential streams (x, dy), each row added into per-channel accumulators of the compute
@@ -747,7 +748,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
 // 1.18 -> 1.02 ms and 1.27 -> 1.03 ms against PyTorch's 0.82-0.97 (variants alternated call by call in one
 // process). Four rows per accumulator pass (a quarter of the accumulator traffic) gained nothing (1.24 ms).
 template <typename T, bool kAct>
-void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi,
+void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                                const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
                                const gn_act::Params& act, double* ds, double* db, double* dm) {
   using P = Pack<T>;
@@ -771,8 +772,8 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
     const int64_t r1 = std::min(hi, r0 + kTileRows);
     std::fill_n(acc.data(), 3 * cpad, C(0));
     for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * channels;
-      const T* gr = dy + r * channels;
+      const T* xr = x + r * stride;
+      const T* gr = dy + r * stride;
       for (int64_t c = 0; c < channels; c += W) {
         const int64_t cnt = std::min(W, channels - c);  // lanes past cnt: x, dy, m, a and bias 0, so d = g = 0
         const P d = P::load(xr + c, cnt) - vload(m, c);
@@ -791,7 +792,8 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
 // By columns: a tile of kTileRows rows walked one kWidth-channel chunk at a time, the sums in registers (fewer
 // instructions per element; each row read in C / kWidth strided pieces).
 template <typename T, bool kAct>
-void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
+                          const compute_t<T>* m,
                           const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act,
                           double* ds, double* db, double* dm) {
   using P = Pack<T>;
@@ -812,19 +814,19 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo,
       const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
       const P vb{V::loadu(bias + c), V::loadu(bias + c + P::kVec)};
       P sd = P::broadcast(C(0)), sb = sd, sm = sd;
-      const int64_t base = r0 * channels + c;
+      const int64_t base = r0 * stride + c;
       if (cnt == W) {
         for (int64_t r = 0; r < rows; ++r) {
-          const P d = P::load(x + base + r * channels) - vm;
-          const P g = grad_z<T, kAct>(P::load(dy + base + r * channels), d, va, vb, act);
+          const P d = P::load(x + base + r * stride) - vm;
+          const P g = grad_z<T, kAct>(P::load(dy + base + r * stride), d, va, vb, act);
           sd = fmadd(g, d, sd);
           sb = sb + g;
           sm = sm + d;
         }
       } else {  // lanes past cnt: x, dy, m, a and bias all 0, so d = g = 0 there
         for (int64_t r = 0; r < rows; ++r) {
-          const P d = P::load(x + base + r * channels, cnt) - vm;
-          const P g = grad_z<T, kAct>(P::load(dy + base + r * channels, cnt), d, va, vb, act);
+          const P d = P::load(x + base + r * stride, cnt) - vm;
+          const P g = grad_z<T, kAct>(P::load(dy + base + r * stride, cnt), d, va, vb, act);
           sd = fmadd(g, d, sd);
           sb = sb + g;
           sm = sm + d;
@@ -847,19 +849,21 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t lo,
 // float16 forward + backward from 0.143 to 0.167 ms.
 constexpr int64_t kFewRows = 32;
 template <typename T, bool kAct>
-void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
+                       const compute_t<T>* m,
                        const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, double* ds,
                        double* db, double* dm) {
   if (sizeof(T) >= 4 && hi - lo > kFewRows) {
-    channel_sums_in_row_order<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, ds, db, dm);
+    channel_sums_in_row_order<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm);
   } else {
-    channel_sums_columns<T, kAct>(x, dy, channels, lo, hi, m, a, bias, act, ds, db, dm);
+    channel_sums_columns<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm);
   }
 }
 
-// Rows [lo, hi) of one channels-last sample: dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
+// Rows [lo, hi) of one channels-last sample (rows `stride` apart): dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
 template <typename T, bool kAct>
-void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
+                     const compute_t<T>* m,
                      const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx, const compute_t<T>* c1,
                      const gn_act::Params& act, bool stream) {
   using P = Pack<T>;
@@ -867,7 +871,7 @@ void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t l
   constexpr int64_t W = P::kWidth;
   auto vload = [](const compute_t<T>* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
   for (int64_t r = lo; r < hi; ++r) {
-    const int64_t row = r * channels;
+    const int64_t row = r * stride;
     for (int64_t c = 0; c < channels; c += W) {
       const int64_t cnt = std::min(W, channels - c);
       const P va = vload(a, c);
@@ -938,9 +942,12 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   using C = compute_t<T>;
   const int64_t N = p.N, G = p.G, channels = p.channels, HW = p.HW, cpg = channels / G;
   const int64_t cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
-  const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
+  const bool stream = p.dx && stream_output<T>(N * sample);
+  // Chunks of groups as in forward_channels_last (not with streamed stores, which want whole aligned rows).
+  const int64_t chunks = stream ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth);
+  const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
-  const int64_t grain = grain_items(sample / parts);
+  const int64_t grain = grain_items(sample / parts + channels * kChannelOverheadElements);
   // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once, no division per item).
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
   for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
@@ -950,35 +957,42 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
   std::vector<double> wd(static_cast<size_t>(channels), 1.0);  // the weights in double
   if (p.w) std::copy(p.w, p.w + channels, wd.begin());
-  // Sample n's m, a and bias (sample_constants of the forward, unfolded: its m, a, b are these).
-  auto fill_constants = [&](int64_t n, C* k) {
-    sample_constants<false>(p.mean + n * G, p.rstd + n * G, G, cpg, p.w, p.bias, k + kM * cpad, cpad);
+  // Sample n's m, a and bias for its groups [g0, g0 + gw) (sample_constants of the forward, unfolded: its m, a,
+  // b are these), at k[0, gw * cpg) of each.
+  auto fill_constants = [&](int64_t n, int64_t g0, int64_t gw, C* k) {
+    const int64_t c0 = g0 * cpg;
+    sample_constants<false>(p.mean + n * G + g0, p.rstd + n * G + g0, gw, cpg, p.w ? p.w + c0 : nullptr,
+                            p.bias ? p.bias + c0 : nullptr, k + kM * cpad, cpad);
   };
-  // Sample n's cx, c1, and its rows of ds and db, from its channel sums (ds, db, dm: `channels` each).
-  auto fill_coefficients = [&](int64_t n, C* k, const double* ds, const double* db, const double* dm) {
-    sample_coefficients(ds, db, dm, G, cpg, HW, wd.data(), p.rstd + n * G, p.ds + n * channels,
-                        p.db + n * channels, k + kCx * cpad, k + kC1 * cpad);
+  // The same groups' cx, c1, and their part of sample n's rows of ds and db, from their channel sums (ds, db, dm:
+  // gw * cpg each).
+  auto fill_coefficients = [&](int64_t n, int64_t g0, int64_t gw, C* k, const double* ds, const double* db,
+                               const double* dm) {
+    const int64_t c0 = g0 * cpg;
+    sample_coefficients(ds, db, dm, gw, cpg, HW, wd.data() + c0, p.rstd + n * G + g0, p.ds + n * channels + c0,
+                        p.db + n * channels + c0, k + kCx * cpad, k + kC1 * cpad);
   };
-  const bool stream = p.dx && stream_output<T>(N * sample);
   if (parts == 1) {
-    // Whole samples: each task takes a sample's constants, sums, coefficients and dx in a row, one parallel
-    // region with no serial step between two (as forward_channels_last does).
-    at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
-      std::vector<double> sums(static_cast<size_t>(3 * channels));  // ds, db, dm
+    // Whole samples, or chunks of their groups (chunks > 1, equal widths: the buffers' padding stays zero): each
+    // task takes a chunk's constants, sums, coefficients and dx in a row, one parallel region with no serial step
+    // between two (as forward_channels_last does).
+    const int64_t gw = G / chunks, cw = gw * cpg;
+    at::parallel_for(0, N * chunks, chunks > 1 ? 1 : grain, [&](int64_t first, int64_t last) {
+      std::vector<double> sums(static_cast<size_t>(3 * cw));  // ds, db, dm
       double* const ds = sums.data();
-      double* const db = ds + channels;
-      double* const dm = db + channels;
+      double* const db = ds + cw;
+      double* const dm = db + cw;
       std::vector<C> vecs(static_cast<size_t>(kVectors * cpad), C(0));
       C* const k = vecs.data();
-      for (int64_t n = first; n < last; ++n) {
-        fill_constants(n, k);
-        channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, 0, HW, k + kM * cpad,
-                                   k + kA * cpad, k + kBias * cpad, p.act, ds, db, dm);
-        fill_coefficients(n, k, ds, db, dm);
+      for (int64_t it = first; it < last; ++it) {
+        const int64_t n = it / chunks, g0 = (it % chunks) * gw, off = n * sample + g0 * cpg;
+        fill_constants(n, g0, gw, k);
+        channel_sums_rows<T, kAct>(p.x + off, p.dy + off, cw, channels, 0, HW, k + kM * cpad, k + kA * cpad,
+                                   k + kBias * cpad, p.act, ds, db, dm);
+        fill_coefficients(n, g0, gw, k, ds, db, dm);
         if (p.dx) {
-          grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, 0, HW,
-                                   k + kM * cpad, k + kA * cpad, k + kBias * cpad, k + kCx * cpad, k + kC1 * cpad,
-                                   p.act, stream);
+          grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, 0, HW, k + kM * cpad,
+                                   k + kA * cpad, k + kBias * cpad, k + kCx * cpad, k + kC1 * cpad, p.act, stream);
         }
       }
     });
@@ -988,13 +1002,13 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // Item it's sums at sums[3 * it * channels]: ds, db, dm.
   std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
   auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
-  for (int64_t n = 0; n < N; ++n) fill_constants(n, vec(n, kM));
+  for (int64_t n = 0; n < N; ++n) fill_constants(n, 0, G, vec(n, kM));
   std::vector<double> sums(static_cast<size_t>(3 * items * channels));
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       double* const ds = &sums[3 * it * channels];
-      channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, bounds[it % parts],
+      channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, channels, bounds[it % parts],
                                  bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), p.act, ds,
                                  ds + channels, ds + 2 * channels);
     }
@@ -1006,13 +1020,13 @@ void backward_channels_last(const BackwardArgs<T>& p) {
       const double* part = total + 3 * j * channels;
       for (int64_t c = 0; c < 3 * channels; ++c) total[c] += part[c];
     }
-    fill_coefficients(n, vec(n, kM), total, total + channels, total + 2 * channels);
+    fill_coefficients(n, 0, G, vec(n, kM), total, total + channels, total + 2 * channels);
   }
   if (!p.dx) return;
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
-      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, bounds[it % parts],
+      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, channels, bounds[it % parts],
                                bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx),
                                vec(n, kC1), p.act, stream);
     }

@@ -427,7 +427,8 @@ struct TilePrefetcher {
   }
 };
 
-// Per-channel shifted sums of rows [lo, hi) of one channels-last sample x (HW rows of `channels`): about the
+// Per-channel shifted sums of rows [lo, hi) of one channels-last sample x (rows of `channels` values, `stride`
+// apart: the whole row, or a range of its groups' channels): about the
 // pivot p[c] = x[lo, c] (the part's first row), s1[c] = sum (x - p[c]) and s2[c] = sum (x - p[c])^2 (written,
 // double), float sums down each tile of kColumnTileRows rows added into double per tile. By columns: kWidth
 // channels at a time down the tile, the sums in registers. (A walk in row order, adding each row into per-channel
@@ -441,8 +442,8 @@ struct TilePrefetcher {
 // statistics shift the sums to one pivot and divide once (forward_channels_last).
 // `pivot`: the caller's scratch of round_up(channels, kWidth) compute-type elements.
 template <typename T>
-void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_t<T>* pivot, double* pivot_out,
-                  double* s1_out, double* s2_out) {
+void channel_sums(const T* x, int64_t channels, int64_t stride, int64_t lo, int64_t hi, compute_t<T>* pivot,
+                  double* pivot_out, double* s1_out, double* s2_out) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
@@ -450,7 +451,7 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
   // The first row as pivots, a pack at a time (element by element, converting and storing four values per
   // channel, this was most of the sums of samples of a few rows: perf at (32,64,2,3) float16).
   for (int64_t c = 0; c < channels; c += W) {
-    const P first = P::load(x + lo * channels + c, std::min(W, channels - c));  // lanes past `channels`: 0
+    const P first = P::load(x + lo * stride + c, std::min(W, channels - c));  // lanes past `channels`: 0
     first.lo.store(pivot + c);
     first.hi.store(pivot + c + P::kVec);
   }
@@ -461,9 +462,10 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
   __at_align__ C l2[W];
   for (int64_t r0 = lo; r0 < hi; r0 += kColumnTileRows) {
     const int64_t rows = std::min(kColumnTileRows, hi - r0);
-    const T* tile_end = x + (r0 + rows) * channels;
-    const int64_t next_bytes = (std::min(hi, r0 + rows + kColumnTileRows) - (r0 + rows)) * channels *
-                               static_cast<int64_t>(sizeof(T));
+    const T* tile_end = x + (r0 + rows) * stride;
+    const int64_t next_rows_all = std::min(hi, r0 + rows + kColumnTileRows) - (r0 + rows);
+    const int64_t next_bytes = next_rows_all > 0 ? ((next_rows_all - 1) * stride + channels) *
+                                                       static_cast<int64_t>(sizeof(T)) : 0;
     const int64_t steps = std::max<int64_t>(1, (channels + W - 1) / W * ((rows + 1) / 2));
     TilePrefetcher ahead{reinterpret_cast<const char*>(tile_end), reinterpret_cast<const char*>(tile_end) + next_bytes,
                          next_bytes > 0 ? (next_bytes / 64 + steps) / steps : 0};
@@ -471,11 +473,11 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
       const int64_t cnt = std::min(W, channels - c);
       const P k{V::loadu(pivot + c), V::loadu(pivot + c + P::kVec)};
       P s1 = P::broadcast(C(0)), s2 = s1;
-      const T* p = x + r0 * channels + c;
+      const T* p = x + r0 * stride + c;
       // The next walk's rows (the next kWidth channels of this tile, else the first of the next tile), fetched
       // one walk ahead: strided reads of short runs are not prefetched by the hardware, and without this the
       // walk waits on every row (perf: 2/3 of its samples on the load at (1, 128, 256, 256) float16).
-      const T* next = c + W < channels ? p + W : x + (r0 + kColumnTileRows) * channels;
+      const T* next = c + W < channels ? p + W : x + (r0 + kColumnTileRows) * stride;
       const int64_t next_rows = c + W < channels ? rows : std::min(kColumnTileRows, hi - r0 - kColumnTileRows);
       if (cnt == W) {
         // Two rows per step into two sets of sums: each sum's add chain then carries half the rows (the adds'
@@ -483,18 +485,18 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
         P t1 = s1, t2 = s1;
         int64_t r = 0;
         for (; r + 2 <= rows; r += 2) {
-          if (r < next_rows) prefetch_run(next + r * channels);
-          if (r + 1 < next_rows) prefetch_run(next + (r + 1) * channels);
+          if (r < next_rows) prefetch_run(next + r * stride);
+          if (r + 1 < next_rows) prefetch_run(next + (r + 1) * stride);
           ahead.step();
-          const P d = P::load(p + r * channels) - k;
-          const P e = P::load(p + (r + 1) * channels) - k;
+          const P d = P::load(p + r * stride) - k;
+          const P e = P::load(p + (r + 1) * stride) - k;
           s1 = s1 + d;
           s2 = fmadd(d, d, s2);
           t1 = t1 + e;
           t2 = fmadd(e, e, t2);
         }
         if (r < rows) {
-          const P d = P::load(p + r * channels) - k;
+          const P d = P::load(p + r * stride) - k;
           s1 = s1 + d;
           s2 = fmadd(d, d, s2);
         }
@@ -502,9 +504,9 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
         s2 = s2 + t2;
       } else {  // lanes past cnt: 0 loaded, 0 pivot
         for (int64_t r = 0; r < rows; ++r) {
-          if (r < next_rows) prefetch_run(next + r * channels);
+          if (r < next_rows) prefetch_run(next + r * stride);
           if (r % 2 == 0) ahead.step();
-          const P d = P::load(p + r * channels, cnt) - k;
+          const P d = P::load(p + r * stride, cnt) - k;
           s1 = s1 + d;
           s2 = fmadd(d, d, s2);
         }
@@ -535,11 +537,11 @@ void channel_sums(const T* x, int64_t channels, int64_t lo, int64_t hi, compute_
   }
 }
 
-// Rows [lo, hi) of one channels-last sample: y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED
+// Rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart): y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED
 // (b = bias - mean * a folded in double; m unused) y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of
 // constants per vector instead of three. m, a, b padded with zeros to a multiple of kWidth.
 template <bool FOLDED, typename T, typename Ep>
-void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, const compute_t<T>* m,
+void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t lo, int64_t hi, const compute_t<T>* m,
                     const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
@@ -553,8 +555,8 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t lo, int64_t hi, 
     return activate(ep, fmadd(v, va, vb));
   };
   for (int64_t r = lo; r < hi; ++r) {
-    const T* xr = x + r * channels;
-    T* yr = y + r * channels;
+    const T* xr = x + r * stride;
+    T* yr = y + r * stride;
     int64_t c = 0;
     for (; c + W <= channels; c += W) normalized(xr, c, W).store(yr + c);
     if (c < channels) normalized(xr, c, channels - c).store(yr + c, channels - c);
@@ -694,17 +696,19 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
                            const Ep& ep) {
   using C = compute_t<T>;
   const int64_t cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
-  const int64_t parts = std::min(HW, split_parts(N, sample, kMinPartElements));
-  const int64_t items = N * parts;
-  const int64_t grain = grain_items(sample / parts);
-  // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once: a 64-bit integer division per
-  // channel and part in the statistics was most of the forward of samples of few rows, perf at (64,40,2,4)).
-  std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
-  for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
   // Only an output that is a new mapping on every call (>= 32 MB, see advise_huge_pages) has faults to move; below
   // that the output comes from the heap already mapped, and the touches only cost (2.7-6% of the forward, 2-core
   // AVX-512 machine, A/B call by call: (2,320,64,64) float64, (8,32,32,32) float64, (1,128,256,256) bfloat16).
   const bool fresh_output = N * sample * static_cast<int64_t>(sizeof(T)) >= kHugePageAdviceMinBytes;
+  // Chunks of groups (never with touches: a chunk's rows hold other chunks' output bytes).
+  const int64_t chunks = fresh_output ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth);
+  const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
+  const int64_t items = N * parts;
+  const int64_t grain = grain_items(sample / parts + channels * kChannelOverheadElements);
+  // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once: a 64-bit integer division per
+  // channel and part in the statistics was most of the forward of samples of few rows, perf at (64,40,2,4)).
+  std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
+  for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
   // fold: float32 and float64 samples are normalised as x * a + (b - mean * a), one vector of constants fewer per
   // vector of x (the pass is bound by its loads: 1.01-1.07x faster over ten float32/float64 rows, 2-core AVX-512
   // machine, A/B in one process, rotating order). No accuracy is lost: the fold's error, ~u (|mean| |a| + |b|), is
@@ -713,6 +717,28 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // unit output against float64, the conditioning of the formula (ours and PyTorch's kernel differ by ~2e-3 there).
   // Half-precision data keep the shifted form (not measured).
   constexpr bool fold = std::is_same_v<T, float> || std::is_same_v<T, double>;
+  if (chunks > 1) {
+    // Each sample's groups in `chunks` chunks of equal width cw (group_chunks): a chunk's sums, its groups'
+    // statistics and constants, and its normalisation in one task, rows read and written cw channels at a time.
+    const int64_t gw = G / chunks, cpg = channels / G, cw = gw * cpg;
+    // (Grain 1: group_chunks has found the work worth the threads, and chunks that even out their shares.)
+    at::parallel_for(0, N * chunks, 1, [&](int64_t first, int64_t last) {
+      std::vector<double> sums(static_cast<size_t>(3 * cw));  // pivots, s1, s2
+      std::vector<C> k(static_cast<size_t>(4 * cpad), C(0));  // m, a, b, then pivots
+      for (int64_t it = first; it < last; ++it) {
+        const int64_t n = it / chunks, g0 = (it % chunks) * gw, c0 = g0 * cpg;
+        const T* xs = x + n * sample + c0;
+        channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + cw,
+                     sums.data() + 2 * cw);
+        samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, bounds.data(), 1, cw, gw, 1, eps,
+                                w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
+                                rstd_out + n * G + g0, k.data(), cpad);
+        normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + cpad,
+                             k.data() + 2 * cpad, ep);
+      }
+    });
+    return;
+  }
   if (parts == 1) {
     // Whole samples (as many as threads, or more): each task takes batches of samples' sums, their constants and
     // their normalisation in a row, one parallel region and no serial step between two (at (4,1280,3,3,3) float32,
@@ -734,14 +760,14 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
         for (int64_t i = 0; i < count; ++i) {
           const int64_t n = n0 + i;
           if (fresh_output) touch_pages(y + n * sample, sample);
-          channel_sums(x + n * sample, channels, 0, HW, k.data() + 3 * batch * cpad, pivots + i * channels,
+          channel_sums(x + n * sample, channels, channels, 0, HW, k.data() + 3 * batch * cpad, pivots + i * channels,
                        s1 + i * channels, s2 + i * channels);
         }
         samples_constants<fold>(pivots, s1, s2, bounds.data(), 1, channels, G, count, eps, w, b, mean_out + n0 * G,
                                 rstd_out + n0 * G, k.data(), cpad);
         for (int64_t i = 0; i < count; ++i) {
           const C* ki = k.data() + i * 3 * cpad;
-          normalize_rows<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, 0, HW, ki, ki + cpad,
+          normalize_rows<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, 0, HW, ki, ki + cpad,
                                ki + 2 * cpad, ep);
         }
       }
@@ -756,7 +782,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t lo = bounds[it % parts], hi = bounds[it % parts + 1];
       if (fresh_output) touch_pages(y + (it / parts) * sample + lo * channels, (hi - lo) * channels);
-      channel_sums(x + (it / parts) * sample, channels, lo, hi, pivot.data(), &ppivot[it * channels],
+      channel_sums(x + (it / parts) * sample, channels, channels, lo, hi, pivot.data(), &ppivot[it * channels],
                    &ps1[it * channels], &ps2[it * channels]);
     }
   });
@@ -768,7 +794,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows<fold>(x + n * sample, y + n * sample, channels, bounds[it % parts], bounds[it % parts + 1], k,
+      normalize_rows<fold>(x + n * sample, y + n * sample, channels, channels, bounds[it % parts], bounds[it % parts + 1], k,
                            k + cpad, k + 2 * cpad, ep);
     }
   });
