@@ -303,6 +303,9 @@ def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads
     ((3, 12, 20, 30), 3),        # 600 rows: three column tiles (the pivots move between tiles); 2 threads cut samples
     ((64, 40, 2, 4), 1),         # many samples of 8 rows: one task per sample, sums -> constants -> output
     ((4, 1280, 3, 3, 3), 32),    # channels_last_3d, 27 rows, many channels
+    ((16, 24, 5, 6), 1),         # one group: the sample's sums as one run (one block); rows normalised as a flat
+                                 # run (24 channels: constants tiled over 3 packs)
+    ((6, 40, 9, 10), 1),         # one group, 3600 values a sample: blocks merged; flat run over 5-pack periods
 ], ids=str)
 def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads, poisoned_outputs):
     """The channels-last statistics add per-channel sums taken about each channel's own pivot (its first row, moved
@@ -319,6 +322,8 @@ def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads
     x = x.to(dtype).contiguous(memory_format=layout)
     w, b = _params(shape[1], dtype, True)
     check_forward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
+    if groups == 1:
+        check_forward_cpu(x, groups, w, b, "silu", f"{shape} {dtype}")  # the flat run's epilogue
     check_backward_cpu(x, groups, w, b, "none", f"{shape} {dtype}")
     check_parameter_grads_alone(x, groups, w, b, f"{shape} {dtype}")
 
