@@ -138,9 +138,10 @@ ODD_SHAPES = [
     ((1, 2, 3000), 1),
     ((2, 5, 6), 5),
     ((16, 64), 64),  # one element per slice: the output is exactly the bias
-    ((256, 64), 8),  # 2048 slices of 8 channels of one element: short channels, split over the threads
+    ((256, 64), 8),  # 2048 slices of 8 channels of one element (the backward: a sample a row, as channels-last)
     ((1, 2000, 5), 1),  # channels of 5 in one slice cut into parts: part boundaries fall inside a channel
-    ((1, 12000), 1),  # one slice of one-element channels cut into parts (the backward's general path)
+    ((1, 12000), 1),  # one slice of one-element channels, too long a row for the channels-last kernels
+    ((3, 9000), 3),  # the same in three samples
     # Channels-last: 72 channels are whole vector chunks plus a tail (32 + 32 + 8 with AVX-512, 4 x 16 + 8 with
     # AVX2); 575 rows are two column tiles of 256 and an odd tail, groups of 9 straddle the chunks.
     ((1, 72, 25, 23), 8),

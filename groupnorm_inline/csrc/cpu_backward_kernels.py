@@ -756,9 +756,6 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
   constexpr bool kDm = !std::is_same_v<C, double>;
-  std::fill_n(ds, channels, 0.0);
-  std::fill_n(db, channels, 0.0);
-  std::fill_n(dm, channels, 0.0);
   const int64_t cpad = round_up(channels, W);
   // Per thread, kept across calls (a fresh vector per call, i.e. per sample of the whole-sample path, was a tenth
   // of the backward of samples of 6 rows in malloc and free: perf at (32,128,3,2)).
@@ -783,9 +780,15 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
         if constexpr (kDm) (vload(sm, c) + d).lanes(sm + c);
       }
     }
-    for (int64_t c = 0; c < channels; ++c) ds[c] += static_cast<double>(sd[c]);
-    for (int64_t c = 0; c < channels; ++c) db[c] += static_cast<double>(sb[c]);
-    for (int64_t c = 0; c < channels; ++c) dm[c] += static_cast<double>(sm[c]);  // stays 0 without kDm
+    if (r0 == lo) {  // the first tile's sums written (no zero fill first), later ones added
+      for (int64_t c = 0; c < channels; ++c) ds[c] = static_cast<double>(sd[c]);
+      for (int64_t c = 0; c < channels; ++c) db[c] = static_cast<double>(sb[c]);
+      for (int64_t c = 0; c < channels; ++c) dm[c] = static_cast<double>(sm[c]);  // 0 without kDm
+    } else {
+      for (int64_t c = 0; c < channels; ++c) ds[c] += static_cast<double>(sd[c]);
+      for (int64_t c = 0; c < channels; ++c) db[c] += static_cast<double>(sb[c]);
+      for (int64_t c = 0; c < channels; ++c) dm[c] += static_cast<double>(sm[c]);
+    }
   }
 }
 
@@ -800,9 +803,6 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
   using C = compute_t<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
-  std::fill_n(ds, channels, 0.0);
-  std::fill_n(db, channels, 0.0);
-  std::fill_n(dm, channels, 0.0);
   __at_align__ C l1[W];
   __at_align__ C l2[W];
   __at_align__ C l3[W];
@@ -835,9 +835,18 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
       sd.lanes(l1);
       sb.lanes(l2);
       sm.lanes(l3);
-      for (int64_t j = 0; j < cnt; ++j) ds[c + j] += static_cast<double>(l1[j]);
-      for (int64_t j = 0; j < cnt; ++j) db[c + j] += static_cast<double>(l2[j]);
-      for (int64_t j = 0; j < cnt; ++j) dm[c + j] += static_cast<double>(l3[j]);
+      // Into double: the first tile's sums written, later ones added (no zero fill of 3 x channels doubles per
+      // sample first), whole packs with a fixed count, which vectorises.
+      const bool first_tile = r0 == lo;
+      auto fold = [&](int64_t count) {
+        for (int64_t j = 0; j < count; ++j) {
+          ds[c + j] = (first_tile ? 0.0 : ds[c + j]) + static_cast<double>(l1[j]);
+          db[c + j] = (first_tile ? 0.0 : db[c + j]) + static_cast<double>(l2[j]);
+          dm[c + j] = (first_tile ? 0.0 : dm[c + j]) + static_cast<double>(l3[j]);
+        }
+      };
+      if (cnt == W) fold(W);
+      else fold(cnt);
     }
   }
 }
@@ -889,7 +898,7 @@ void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t s
 // channel_sums_rows gives them): per group (mean m, rstd r, weights w) delta = sum dm / D, S = sum w (ds - delta db),
 // B = sum w db; cx = -r^3 S / D and c1 = -r B / D - cx delta spread over the group's channels (cx, c1: the compute
 // type, padded vectors); ds_out = (ds - delta db) r and db_out = db for the parameter gradients. wd: w in double (1
-// without weights). The group's sums are scalar chains over its cpg channels; every store is a vector (masked
+// without weights). The group's sums are double vectors (wide groups) and scalar chains; every store is a vector (masked
 // for groups narrower than one): stored element by element, the coefficients, the parameter sums and the
 // double sums of the channels were most of the backward of samples of 6 rows ((32,128,3,2) float32, 4 channels
 // a group: 1.5x PyTorch's, perf).
@@ -904,6 +913,27 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
     const int64_t c0 = g * cpg, c1_end = c0 + cpg;
     double dm0 = 0, dm1 = 0, s0 = 0, s1 = 0, b0 = 0, b1 = 0;  // two chains each
     int64_t c = c0;
+    if (cpg >= 2 * LD) {
+      // Wide groups: whole double vectors (element by element, 32 channels a group were a quarter of the backward
+      // of (64,1024,1,1) float32, one row a sample); the rest element by element below.
+      VD vdm(0.0), vs(0.0), vbs(0.0);
+      for (; c + LD <= c1_end; c += LD) {
+        const VD w = VD::loadu(wd + c);
+        vdm = vdm + VD::loadu(dm + c);
+        vs = at::vec::fmadd(w, VD::loadu(ds + c), vs);
+        vbs = at::vec::fmadd(w, VD::loadu(db + c), vbs);
+      }
+      auto lanes_sum = [](const VD& v) {
+        __at_align__ double l[LD];
+        v.store(l);
+        double t = 0;
+        for (int64_t i = 0; i < LD; ++i) t += l[i];
+        return t;
+      };
+      dm1 = lanes_sum(vdm);
+      s1 = lanes_sum(vs);
+      b1 = lanes_sum(vbs);
+    }
     for (; c + 2 <= c1_end; c += 2) {
       dm0 += dm[c];
       dm1 += dm[c + 1];
