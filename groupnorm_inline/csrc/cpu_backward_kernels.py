@@ -660,7 +660,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
     }
   };
   if (HW == 1 && parts == 1) {  // (N, C) inputs: every element is a channel of its own
-    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+    at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
       if constexpr (kAct) {
         std::vector<C> dz_buf(static_cast<size_t>(round_up(cpg, Pack<T>::kWidth)));
         gn_act::with_kind(p.act.kind, [&](auto kind) {
@@ -681,7 +681,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
       // chunks of slices of at most 2048 elements (x and dy: 16 KB in float32) that stay in L1 between the sums and
       // dx. (With an activation, and float64, slice by slice below.)
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
-      at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+      at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         __m512i row_of[32];  // lane l of vector k of a block of 16 channels: channel (16 k + l) / HW of the block
         for (int64_t k = 0; k < HW; ++k) {
           __at_align__ int32_t q[16];
@@ -703,7 +703,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
       return;
     }
 #endif
-    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+    at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
       std::vector<C> dz(kAct ? static_cast<size_t>(D) : 0);
       for (int64_t s = first; s < last; ++s) backward_short_slice<T, kAct>(p, s, dz.data());
     });
@@ -713,7 +713,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
   coefs.resize(static_cast<size_t>(slices));
   if (parts == 1) {  // whole slices of channels a pack or longer (shorter ones took the paths above): no scratch
     TORCH_INTERNAL_ASSERT(!short_act);
-    at::parallel_for(0, slices, grain_items(D), [&](int64_t first, int64_t last) {
+    at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
       for (int64_t s = first; s < last; ++s) {
         sums_of_item(s, nullptr);
         finish_slice(s);
@@ -977,7 +977,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   const int64_t chunks = stream ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth);
   const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
-  const int64_t grain = grain_items(sample / parts + channels * kChannelOverheadElements);
+  const int64_t grain = grain_items(items, sample / parts + channels * kChannelOverheadElements);
   // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once, no division per item).
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
   for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);

@@ -336,7 +336,7 @@ void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b
     // forward's samples at (64, 64, 4, 4) G32 float32, 2048 slices of 32 elements).
     constexpr int64_t kStatBatchBytes = 16384;
     const int64_t batch = std::clamp<int64_t>(kStatBatchBytes / (D * static_cast<int64_t>(sizeof(T))), 1, kStatBatch);
-    at::parallel_for(0, slices, grain_items(D * work), [&](int64_t first, int64_t last) {
+    at::parallel_for(0, slices, grain_items(slices, D * work), [&](int64_t first, int64_t last) {
       __at_align__ double pivot[kStatBatch] = {}, s1[kStatBatch] = {}, s2[kStatBatch] = {};
       __at_align__ double mean[kStatBatch], rstd[kStatBatch];
       for (int64_t s0 = first; s0 < last; s0 += batch) {
@@ -369,7 +369,7 @@ void forward_nchw(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b
     return;
   }
   if (parts == 1) {
-    at::parallel_for(0, slices, grain_items(D * work), [&](int64_t first, int64_t last) {
+    at::parallel_for(0, slices, grain_items(slices, D * work), [&](int64_t first, int64_t last) {
       for (int64_t s = first; s < last; ++s) {
         Moments m;
         run_moments(x + s * D, D, m);
@@ -753,7 +753,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   const int64_t chunks = fresh_output ? 1 : group_chunks(N, sample * work, G, channels, Pack<T>::kWidth);
   const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
-  const int64_t grain = grain_items(sample / parts * work + channels * kChannelOverheadElements);
+  const int64_t grain = grain_items(items, sample / parts * work + channels * kChannelOverheadElements);
   // Rows [bounds[j], bounds[j + 1]) of every sample are its part j (computed once: a 64-bit integer division per
   // channel and part in the statistics was most of the forward of samples of few rows, perf at (64,40,2,4)).
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));

@@ -541,12 +541,22 @@ constexpr int64_t kItemOverheadElements = 128;
 // thread by elements alone, where PyTorch's kernel used both and was 1.3x faster (2-core AVX-512 machine).
 constexpr int64_t kChannelOverheadElements = 4;
 
-// Grain (in items of item_elems elements each) for at::parallel_for: items whose work (elements plus the fixed
-// cost of each) is below kSerialElements in all go to one thread. Counting elements alone kept inputs of many
-// short slices ((64, 64) G4, (256, 64) G8: 4-16K elements in 256-2048 slices) on one thread, where PyTorch's
-// kernel (a grain of one slice) used both and was 1.4x faster.
-inline int64_t grain_items(int64_t item_elems) {
-  return std::max<int64_t>(1, kSerialElements / (std::max<int64_t>(1, item_elems) + kItemOverheadElements));
+// A task of at::parallel_for gets at least this much work (elements streamed) once a call is parallel at all.
+constexpr int64_t kMinTaskElements = 4096;
+
+// Grain (in items) for at::parallel_for over `items` items of item_elems elements each: items whose work
+// (elements plus the fixed cost of each) is below kSerialElements in all go to one thread; above it, every thread
+// gets a share (at least kMinTaskElements of work). Counting elements alone kept inputs of many short slices
+// ((64, 64) G4, (256, 64) G8: 4-16K elements in 256-2048 slices) on one thread, where PyTorch's kernel (a grain of
+// one slice) used both and was 1.4x faster. A grain of kSerialElements of work per task, the rule before, used 2 of
+// 16 threads for (64,3,214) G1 (41 K elements), where PyTorch's kernel (grain one slice) used all 16 and took 0.53x
+// our time (16-core Xeon host of an H200 machine), the fork of a parallel region costing about the same whatever
+// the number of threads in it.
+inline int64_t grain_items(int64_t items, int64_t item_elems) {
+  const int64_t cost = std::max<int64_t>(1, item_elems) + kItemOverheadElements;
+  if (items * cost < kSerialElements) return std::max<int64_t>(1, items);
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  return std::max<int64_t>({int64_t(1), (items + threads - 1) / threads, kMinTaskElements / cost});
 }
 
 // Parts to cut each of `units` units of unit_elems elements into. 1 when the units share out evenly over the
