@@ -580,10 +580,15 @@ inline int64_t split_parts(int64_t units, int64_t unit_elems, int64_t min_part_e
 // ours / PyTorch's float32 channels-last before -> after (same process, A/B of builds): forward (5,512,4,4)
 // 1.13 -> 0.82, (3,1280,3,2) 1.36 -> 1.13 (23 K elements: two chunks of 7.7 K, one thread's calls then); backward
 // (5,512,4,4) 1.26 -> 1.08, (3,1280,3,2) 1.25 -> 1.16; (1,512,16,16) and (3,256,16,16) within noise (0.56-0.73).
+// Only samples of up to kMaxChunkedSampleElements: in larger ones the chunks' strided pieces of rows (a few
+// cache lines each, the lines at their edges shared by two threads) lose to parts of whole rows: (2,320,64,64)
+// bfloat16 forward at 16 threads in 8 chunks of 40 channels took 1.78x PyTorch's time (16-core Xeon host).
+constexpr int64_t kMaxChunkedSampleElements = 65536;
 inline int64_t group_chunks(int64_t units, int64_t unit_elems, int64_t G, int64_t channels,
                             int64_t min_chunk_channels) {
   const int64_t threads = at::get_num_threads();
   if (threads <= 1 || G <= 1 || units % threads == 0 || units >= 8 * threads) return 1;
+  if (unit_elems > kMaxChunkedSampleElements) return 1;
   if (units * (unit_elems + channels * kChannelOverheadElements) < kSerialElements) return 1;
   const int64_t want = threads / std::gcd(units, threads);
   for (int64_t k = want; k <= G && channels / k >= min_chunk_channels; k += want) {
