@@ -171,7 +171,8 @@ def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
 # parts (at least 4096 elements each, when there are at least 32768 elements in all) whose moments and sums are
 # merged. (shape, groups, memory format); 1, 3 and 5 units against 2, 3 and 4 threads. Channels-last samples whose
 # groups can be cut into chunks of equal width (group_chunks: a number that evens out the threads' shares divides
-# G, every chunk at least one pack of channels wide) are cut by groups instead, each chunk with its own statistics:
+# G, every chunk at least one pack of channels and whole cache lines wide) are cut by groups instead, each chunk
+# with its own statistics:
 # (3, 256, 6, 7) G8 at 2 threads (2 chunks of 128 channels) and 4 (4 of 64), (1, 512, 8, 8) G32 at 2 and 4 (at 3
 # no chunk count divides 32: parts of rows), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels).
 SPLIT_SHAPES = [

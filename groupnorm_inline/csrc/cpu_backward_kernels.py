@@ -974,7 +974,8 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   const int64_t cpad = round_up(channels, Pack<T>::kWidth), sample = HW * channels;
   const bool stream = p.dx && stream_output<T>(N * sample);
   // Chunks of groups as in forward_channels_last (not with streamed stores, which want whole aligned rows).
-  const int64_t chunks = stream ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth);
+  const int64_t chunks =
+      stream ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth, 64 / static_cast<int64_t>(sizeof(T)));
   const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
   const int64_t grain = grain_items(items, sample / parts + channels * kChannelOverheadElements);

@@ -574,25 +574,27 @@ inline int64_t split_parts(int64_t units, int64_t unit_elems, int64_t min_part_e
 // Chunks of groups to cut each of `units` channels-last samples into (unit_elems elements, `channels` of them a
 // row; 1: whole samples). When the samples do not share out evenly over the threads (where split_parts would cut
 // them into parts of rows), a sample's groups are cut instead if a number of chunks that evens out the threads'
-// shares divides G and leaves every chunk at least min_chunk_channels wide: each chunk then has statistics of its
-// own, and the work stays one parallel region, with no serial step between the parts' sums and their
-// normalisation and no merge of parts (PyTorch's kernel cuts by (n, g) too). 2-core AVX-512 machine, 2 threads,
-// ours / PyTorch's float32 channels-last before -> after (same process, A/B of builds): forward (5,512,4,4)
-// 1.13 -> 0.82, (3,1280,3,2) 1.36 -> 1.13 (23 K elements: two chunks of 7.7 K, one thread's calls then); backward
-// (5,512,4,4) 1.26 -> 1.08, (3,1280,3,2) 1.25 -> 1.16; (1,512,16,16) and (3,256,16,16) within noise (0.56-0.73).
-// Only samples of up to kMaxChunkedSampleElements: in larger ones the chunks' strided pieces of rows (a few
-// cache lines each, the lines at their edges shared by two threads) lose to parts of whole rows: (2,320,64,64)
-// bfloat16 forward at 16 threads in 8 chunks of 40 channels took 1.78x PyTorch's time (16-core Xeon host).
-constexpr int64_t kMaxChunkedSampleElements = 65536;
+// shares divides G and leaves every chunk at least min_chunk_channels wide and a multiple of align_channels (whole
+// cache lines of each row: chunks of 40 bfloat16 channels, 80 bytes, made the two threads at a chunk edge share a
+// line on every row, and (2,320,64,64) bfloat16 at 16 threads took 1.78x PyTorch's time, 16-core Xeon host). Each
+// chunk then has statistics of its own, and the work stays one parallel region, with no serial step between the
+// parts' sums and their normalisation and no merge of parts (PyTorch's kernel cuts by (n, g) too). Samples of up
+// to kMaxChunkedSampleElements (larger ones keep parts of whole rows, not measured against chunks). 2-core AVX-512
+// machine, 2 threads, ours / PyTorch's float32 channels-last before -> after (same process, A/B of builds):
+// forward (5,512,4,4) 1.13 -> 0.82, (3,1280,3,2) 1.36 -> 1.13 (23 K elements: two chunks of 7.7 K, one thread's
+// calls then); backward (5,512,4,4) 1.26 -> 1.08, (3,1280,3,2) 1.25 -> 1.16; (1,512,16,16) and (3,256,16,16)
+// within noise (0.56-0.73). 16 threads, Xeon host: (2,512,16,16) float32 forward 0.064 ms in parts of rows against
+// PyTorch's 0.040.
+constexpr int64_t kMaxChunkedSampleElements = 262144;
 inline int64_t group_chunks(int64_t units, int64_t unit_elems, int64_t G, int64_t channels,
-                            int64_t min_chunk_channels) {
+                            int64_t min_chunk_channels, int64_t align_channels) {
   const int64_t threads = at::get_num_threads();
   if (threads <= 1 || G <= 1 || units % threads == 0 || units >= 8 * threads) return 1;
   if (unit_elems > kMaxChunkedSampleElements) return 1;
   if (units * (unit_elems + channels * kChannelOverheadElements) < kSerialElements) return 1;
   const int64_t want = threads / std::gcd(units, threads);
   for (int64_t k = want; k <= G && channels / k >= min_chunk_channels; k += want) {
-    if (G % k == 0) return k;
+    if (G % k == 0 && (channels / k) % align_channels == 0) return k;
   }
   return 1;
 }
