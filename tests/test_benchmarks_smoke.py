@@ -306,6 +306,25 @@ def test_cpu_kernels_check_quick_table(tmp_path):
             assert float(ours) >= 0 and float(theirs) >= 0, line
 
 
+def test_cpu_rows_ab_every_mode():
+    """benchmarks/cpu_rows_ab.py: one line per row with both times and their ratio, for every mode; an unknown mode
+    is refused by name."""
+    modes = ["fwd", "cl", "silu", "clsilu", "bwd", "clbwd", "fb", "clfb"]
+    rows = [f"2,8,3,5:2:{'bf16' if i % 2 else 'fp32'}:{mode}" for i, mode in enumerate(modes)]
+    command = [sys.executable, str(BENCHMARKS / "cpu_rows_ab.py"), "--threads", "1", "--reps", "3", *rows]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith("2,8,3,5:")]
+    assert [line[0] for line in lines] == rows, run.stdout
+    for line in lines:
+        assert line[1] == "ours" and line[3] == "torch" and line[5] == "ratio", line
+        ours, torch_time, ratio = float(line[2]), float(line[4]), float(line[6])
+        assert ours > 0 and torch_time > 0 and abs(ratio - ours / torch_time) < 0.03 + 0.03 * ratio, line
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "cpu_rows_ab.py"), "2,8,3,5:2:fp32:sideways"],
+                         capture_output=True, text=True, timeout=900)
+    assert bad.returncode != 0 and "unknown mode 'sideways'" in bad.stdout + bad.stderr
+
+
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
 def test_benchmark_script_compiles(script, tmp_path):
     """Every benchmark script at least parses and compiles here: most of them need a GPU to run, so CI would
