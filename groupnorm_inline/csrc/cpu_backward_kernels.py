@@ -253,8 +253,8 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
 }
 
 // group_coefficients for a slice whose per-channel sums are already in ds_out / db_out (raw: ds_out gets
-// (ds - delta * db) * rstd written back) and dm = the slice's sum of (x - m); the divisions by D as products with 1 / D, off
-// the slice's dependent chain. w: the group's weights, or null.
+// (ds - delta * db) * rstd written back) and dm = the slice's sum of (x - m); the divisions by D as products with
+// 1 / D, off the slice's dependent chain. w: the group's weights, or null.
 template <typename W>
 inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D, const W* w, double rstd,
                                               double* ds_out, const double* db_out) {
@@ -796,9 +796,8 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
 // instructions per element; each row read in C / kWidth strided pieces).
 template <typename T, bool kAct>
 void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
-                          const compute_t<T>* m,
-                          const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act,
-                          double* ds, double* db, double* dm) {
+                          const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
+                          const gn_act::Params& act, double* ds, double* db, double* dm) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
@@ -855,13 +854,15 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
 // reads them as two sequential streams: 2-core AVX-512 machine, (2, 320, 64, 64) channels-last, the sums pass
 // 1.11 -> 0.85 ms float64, 0.56 -> 0.49 ms float32 (PyTorch: 0.84, 0.47). Half data converts every element and
 // moves half the bytes, so the register walk's fewer instructions win there: the row order took (2, 512, 16, 16)
-// float16 forward + backward from 0.143 to 0.167 ms.
+// float16 forward + backward from 0.143 to 0.167 ms. Parts of at most kFewRows rows take the register walk too:
+// there the row order's accumulators (zero fill, a load and a store of three per vector per row, the fold) cost
+// more than the strided reads ((128,128,3,2) float32 backward, one thread: 97 -> 76 us with the register walk for
+// these, PyTorch's 86; (8,256,5,5) float32 alike either way).
 constexpr int64_t kFewRows = 32;
 template <typename T, bool kAct>
 void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
-                       const compute_t<T>* m,
-                       const compute_t<T>* a, const compute_t<T>* bias, const gn_act::Params& act, double* ds,
-                       double* db, double* dm) {
+                       const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
+                       const gn_act::Params& act, double* ds, double* db, double* dm) {
   if (sizeof(T) >= 4 && hi - lo > kFewRows) {
     channel_sums_in_row_order<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm);
   } else {
@@ -869,12 +870,12 @@ void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride
   }
 }
 
-// Rows [lo, hi) of one channels-last sample (rows `stride` apart): dx = a * dz + cx * (x - m) + c1 with per-channel (padded) vectors.
+// Rows [lo, hi) of one channels-last sample (rows `stride` apart): dx = a * dz + cx * (x - m) + c1 with per-channel
+// (padded) vectors.
 template <typename T, bool kAct>
 void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
-                     const compute_t<T>* m,
-                     const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx, const compute_t<T>* c1,
-                     const gn_act::Params& act, bool stream) {
+                     const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx,
+                     const compute_t<T>* c1, const gn_act::Params& act, bool stream) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -898,8 +899,8 @@ void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t s
 // channel_sums_rows gives them): per group (mean m, rstd r, weights w) delta = sum dm / D, S = sum w (ds - delta db),
 // B = sum w db; cx = -r^3 S / D and c1 = -r B / D - cx delta spread over the group's channels (cx, c1: the compute
 // type, padded vectors); ds_out = (ds - delta db) r and db_out = db for the parameter gradients. wd: w in double (1
-// without weights). The group's sums are double vectors (wide groups) and scalar chains; every store is a vector (masked
-// for groups narrower than one): stored element by element, the coefficients, the parameter sums and the
+// without weights). The group's sums are double vectors (wide groups) and scalar chains; every store is a vector
+// (masked for groups narrower than one): stored element by element, the coefficients, the parameter sums and the
 // double sums of the channels were most of the backward of samples of 6 rows ((32,128,3,2) float32, 4 channels
 // a group: 1.5x PyTorch's, perf).
 template <typename C>
@@ -1057,9 +1058,9 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
-      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, channels, bounds[it % parts],
-                               bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx),
-                               vec(n, kC1), p.act, stream);
+      grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, channels,
+                               bounds[it % parts], bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias),
+                               vec(n, kCx), vec(n, kC1), p.act, stream);
     }
   });
 }

@@ -537,12 +537,13 @@ void channel_sums(const T* x, int64_t channels, int64_t stride, int64_t lo, int6
   }
 }
 
-// Rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart): y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED
-// (b = bias - mean * a folded in double; m unused) y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of
-// constants per vector instead of three. m, a, b padded with zeros to a multiple of kWidth.
+// Rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart):
+// y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED (b = bias - mean * a folded in double; m unused)
+// y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of constants per vector instead of three. m, a, b
+// padded with zeros to a multiple of kWidth.
 template <bool FOLDED, typename T, typename Ep>
-void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t lo, int64_t hi, const compute_t<T>* m,
-                    const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
+void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
+                    const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -576,8 +577,8 @@ inline int64_t flat_period(int64_t channels) {
   return packs <= kMaxFlatPeriod ? packs : 0;
 }
 
-// normalize_rows over all `rows` rows of one channels-last sample (contiguous), as a flat run of packs: pack j
-// takes the constants' pack j % period of m, a, b tiled to period * kWidth elements (tiled_constants).
+// normalize_rows over a whole channels-last sample of len elements (its rows contiguous), as one flat run of packs:
+// pack j takes pack j % period of the constants m, a, b tiled to period * kWidth elements (tiled_constants).
 template <bool FOLDED, typename T, typename Ep>
 void normalize_flat(const T* x, T* y, int64_t len, int64_t period, const compute_t<T>* m, const compute_t<T>* a,
                     const compute_t<T>* b, const Ep& ep) {
@@ -886,8 +887,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows<fold>(x + n * sample, y + n * sample, channels, channels, bounds[it % parts], bounds[it % parts + 1], k,
-                           k + cpad, k + 2 * cpad, ep);
+      normalize_rows<fold>(x + n * sample, y + n * sample, channels, channels, bounds[it % parts],
+                           bounds[it % parts + 1], k, k + cpad, k + 2 * cpad, ep);
     }
   });
 }

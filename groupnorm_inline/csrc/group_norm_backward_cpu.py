@@ -260,9 +260,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     // (N, C) inputs (one element a channel) of up to kMaxRowChannels channels whose samples share out over the
     // threads take the channels-last kernels too, a sample being one row of C: 2-core AVX-512 machine, 2 threads,
     // backward against PyTorch's, slice by slice -> as rows: (64,1024,1,1) float16 2.4x -> 1.1-1.3x, (256,64) G8
-    // float32 1.0-1.15x -> 0.87x, (8,1024) G4 -> 0.86x. Longer rows (their per-channel constants and sums, ~11 times
-    // the data's bytes, leave the caches: (1,262144) G32 float32 1.05x -> 1.78x) and few samples, cut into parts,
-    // keep the NCHW kernel.
+    // float32 1.0-1.15x -> 0.87x, (8,1024) G4 -> 0.86x. Longer rows keep the NCHW kernel (the per-channel constants
+    // and sums of a row, ~11 times its bytes, would leave the caches), and so do few samples, cut into parts there.
     constexpr int64_t kMaxRowChannels = 8192;
     const bool as_rows = HW == 1 && C <= kMaxRowChannels &&
                          gn_cpu::split_parts(N, C, gn_cpu::kMinPartElements) == 1;
