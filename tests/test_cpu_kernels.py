@@ -174,7 +174,9 @@ def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
 # G, every chunk at least one pack of channels and whole cache lines wide) are cut by groups instead, each chunk
 # with its own statistics:
 # (3, 256, 6, 7) G8 at 2 threads (2 chunks of 128 channels) and 4 (4 of 64), (1, 512, 8, 8) G32 at 2 and 4 (at 3
-# no chunk count divides 32: parts of rows), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels).
+# no chunk count divides 32: parts of rows), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels). (N, C)
+# inputs with one element a channel, (1, 40000) G1 and (2, 36000) G2: the backward's one-element-channel path with
+# its slices cut into 2-4 parts (sums in one parallel region, ds, db and dx in a second).
 SPLIT_SHAPES = [
     ((1, 3, 64, 64), 1, torch.contiguous_format),
     ((1, 6, 48, 50), 3, torch.contiguous_format),
@@ -185,6 +187,8 @@ SPLIT_SHAPES = [
     ((3, 256, 6, 7), 8, torch.channels_last),
     ((1, 512, 8, 8), 32, torch.channels_last),
     ((3, 64, 4, 9, 10), 4, torch.channels_last_3d),
+    ((1, 40000), 1, torch.contiguous_format),  # one-element channels, a slice cut into parts
+    ((2, 36000), 2, torch.contiguous_format),
 ]
 
 

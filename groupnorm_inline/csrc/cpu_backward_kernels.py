@@ -587,89 +587,142 @@ void backward_nchw(const BackwardArgs<T>& p) {
     }
     if (stream) stream_fence();  // once per item: its streamed stores are ordered before the pool's join
   };
-  // Slice s of one-element channels: the steps of sums_of_item, finish_slice and grad_input_of_item with the same
-  // arithmetic, in three passes over the slice's cpg elements and no per-channel sums in memory. Going through the
-  // general steps, each channel's sums took a ChannelSums slot (an (items * cpg)-entry vector per call) and three
-  // loops: (256, 64) G8 forward + backward ran at 1.7-1.9x PyTorch's time, (8, 1024) G4 + ReLU at 3x.
-  // kind: the activation (kNone: none), whose derivative scales dy: dz for the slice's cpg elements is computed
-  // first, a pack at a time (the channels are consecutive, so w and bias load as vectors too), into dz_buf (cpg
-  // rounded up to a pack). Element by element through libm, (8, 1024) G4 + SiLU forward + backward took 2x
+  // One-element channels (HW == 1): every element of a slice is a channel of its own, so a channel's sums are its
+  // element and need no memory. Two passes over a range [lo, hi) of slice s, the same arithmetic as
+  // sums_of_item, finish_slice and grad_input_of_item:
+  //   one_element_sums   sum (x - m), sum w dz (x - m) and sum w dz over the range, in double, kChains
+  //                      interleaved chains each (one running double sum is a chain of dependent ~4-cycle
+  //                      additions, which bounded this path at long slices: (8, 1024) G4 bfloat16 backward
+  //                      1.1-1.2x PyTorch's with single chains);
+  //   one_element_write  each channel's ds (times rstd) and db, and dx, once its slice's sums are known.
+  // A slice cut into parts (few slices: (1, 262144) G1) sums its parts in one parallel region and writes them in a
+  // second. Through the general steps, each channel's sums took a ChannelSums slot and three loops: (256, 64) G8
+  // forward + backward ran at 1.7-1.9x PyTorch's time, (8, 1024) G4 + ReLU at 3x, (1, 262144) G1 backward 3x.
+  // kind: the activation (kNone: none), whose derivative scales dy: dz of the range is computed a pack at a time
+  // (the channels are consecutive, so w and bias load as vectors too) into dz_buf (the range rounded up to a
+  // pack), once per pass. Element by element through libm, (8, 1024) G4 + SiLU forward + backward took 2x
   // PyTorch's time, + Mish 5x.
-  auto one_element_channels = [&](int64_t s, auto kind, C* dz_buf) {
-    constexpr int K = decltype(kind)::value;
-    const int64_t n = s / G, g = s % G, c0 = g * cpg;
-    const T* xs = p.x + s * D;
-    const T* dys = p.dy + s * D;
-    const C m = p.mean[s];
-    if constexpr (K != gn_act::kNone) {
+  struct OneElementSums {
+    double dm, swd, sw;  // sum (x - m), sum w dz (x - m), sum w dz
+  };
+  auto one_element_dz = [&](int64_t s, int64_t lo, int64_t hi, auto kind, C* dz_buf) {
+    if constexpr (decltype(kind)::value != gn_act::kNone) {
       using P = Pack<T>;
       using PC = Pack<C>;
-      const P vm = P::broadcast(m), vr = P::broadcast(p.rstd[s]);
-      for (int64_t cl = 0; cl < cpg; cl += P::kWidth) {
-        const int64_t cnt = std::min<int64_t>(P::kWidth, cpg - cl);
+      const int64_t c0 = (s % G) * cpg;
+      const T* xs = p.x + s * D;
+      const P vm = P::broadcast(p.mean[s]), vr = P::broadcast(p.rstd[s]);
+      for (int64_t cl = lo; cl < hi; cl += P::kWidth) {
+        const int64_t cnt = std::min<int64_t>(P::kWidth, hi - cl);
         const P d = P::load(xs + cl, cnt) - vm;
         // w and bias are in the compute type: loaded as Pack<C>, whose two vectors are Pack<T>'s.
         auto params = [&](const C* v) { const PC pc = PC::load(v + c0 + cl, cnt); return P{pc.lo, pc.hi}; };
         const P a = p.w ? vr * params(p.w) : vr;
         const P bias = p.bias ? params(p.bias) : P::broadcast(C(0));
-        (P::load(dys + cl, cnt) * activation_derivative<T>(p.act, fmadd(d, a, bias))).lanes(dz_buf + cl);
+        (P::load(p.dy + s * D + cl, cnt) * activation_derivative<T>(p.act, fmadd(d, a, bias))).lanes(dz_buf + cl - lo);
       }
-    }
-    auto grad_z = [&](int64_t cl) {
-      if constexpr (K == gn_act::kNone) {
-        return static_cast<C>(dys[cl]);
-      } else {
-        return dz_buf[cl];
-      }
-    };
-    // The slice's sums in four interleaved chains each (element cl into chain cl % 4): one running double sum is
-    // a chain of dependent ~4-cycle additions, which bounded this function at long slices ((8, 1024) G4 bfloat16
-    // backward 1.1-1.2x PyTorch's with single chains).
-    constexpr int64_t kChains = 4;
-    double dmv[kChains] = {}, Sv[kChains] = {}, Bv[kChains] = {};
-    const int64_t whole = cpg - cpg % kChains;
-    for (int64_t cl = 0; cl < whole; cl += kChains) {
-      for (int64_t k = 0; k < kChains; ++k) dmv[k] += static_cast<double>(static_cast<C>(xs[cl + k]) - m);
-    }
-    for (int64_t cl = whole; cl < cpg; ++cl) dmv[cl - whole] += static_cast<double>(static_cast<C>(xs[cl]) - m);
-    const double dm = (dmv[0] + dmv[1]) + (dmv[2] + dmv[3]);
-    const double dd = static_cast<double>(D), delta = dm / dd;
-    const double rstd = static_cast<double>(p.rstd[s]);
-    double* ds_out = p.ds + n * p.channels + c0;
-    double* db_out = p.db + n * p.channels + c0;
-    auto add_element = [&](int64_t cl, int64_t k) {
-      const C d = static_cast<C>(xs[cl]) - m, gz = grad_z(cl);
-      const double wc = p.w ? static_cast<double>(p.w[c0 + cl]) : 1.0;
-      const double db = static_cast<double>(gz), ds = static_cast<double>(gz * d) - delta * db;
-      Sv[k] += wc * ds;
-      Bv[k] += wc * db;
-      ds_out[cl] = ds * rstd;
-      db_out[cl] = db;
-    };
-    for (int64_t cl = 0; cl < whole; cl += kChains) {
-      for (int64_t k = 0; k < kChains; ++k) add_element(cl + k, k);
-    }
-    for (int64_t cl = whole; cl < cpg; ++cl) add_element(cl, cl - whole);
-    const double S = (Sv[0] + Sv[1]) + (Sv[2] + Sv[3]), B = (Bv[0] + Bv[1]) + (Bv[2] + Bv[3]);
-    if (!p.dx) return;
-    const double coef_x = -rstd * rstd * rstd * S / dd, coef_1 = -rstd * B / dd - coef_x * delta;
-    const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
-    for (int64_t cl = 0; cl < cpg; ++cl) {
-      const C d = static_cast<C>(xs[cl]) - m;
-      p.dx[s * D + cl] = static_cast<T>(a_of(s, c0 + cl) * grad_z(cl) + (cx * d + c1));
     }
   };
-  if (HW == 1 && parts == 1) {  // (N, C) inputs: every element is a channel of its own
-    at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
-      if constexpr (kAct) {
-        std::vector<C> dz_buf(static_cast<size_t>(round_up(cpg, Pack<T>::kWidth)));
-        gn_act::with_kind(p.act.kind, [&](auto kind) {
-          for (int64_t s = first; s < last; ++s) one_element_channels(s, kind, dz_buf.data());
+  // dz of element cl of slice s, in a range starting at lo whose dz (with an activation) is in dz_buf.
+  auto one_element_grad_z = [&](int64_t s, int64_t cl, int64_t lo, auto kind, const C* dz_buf) {
+    if constexpr (decltype(kind)::value == gn_act::kNone) {
+      return static_cast<C>(p.dy[s * D + cl]);
+    } else {
+      return dz_buf[cl - lo];
+    }
+  };
+  // (Fills dz_buf with the range's dz first.)
+  auto one_element_sums = [&](int64_t s, int64_t lo, int64_t hi, auto kind, C* dz_buf) {
+    one_element_dz(s, lo, hi, kind, dz_buf);
+    const int64_t c0 = (s % G) * cpg;
+    const T* xs = p.x + s * D;
+    const C m = p.mean[s];
+    constexpr int64_t kChains = 4;
+    double dm[kChains] = {}, swd[kChains] = {}, sw[kChains] = {};
+    auto add_element = [&](int64_t cl, int64_t k) {
+      const C d = static_cast<C>(xs[cl]) - m, gz = one_element_grad_z(s, cl, lo, kind, dz_buf);
+      const double wc = p.w ? static_cast<double>(p.w[c0 + cl]) : 1.0;
+      dm[k] += static_cast<double>(d);
+      swd[k] += wc * static_cast<double>(gz * d);
+      sw[k] += wc * static_cast<double>(gz);
+    };
+    const int64_t whole = lo + (hi - lo) / kChains * kChains;
+    for (int64_t cl = lo; cl < whole; cl += kChains) {
+      for (int64_t k = 0; k < kChains; ++k) add_element(cl + k, k);
+    }
+    for (int64_t cl = whole; cl < hi; ++cl) add_element(cl, cl - whole);
+    return OneElementSums{(dm[0] + dm[1]) + (dm[2] + dm[3]), (swd[0] + swd[1]) + (swd[2] + swd[3]),
+                          (sw[0] + sw[1]) + (sw[2] + sw[3])};
+  };
+  // t: the slice's sums; dz_buf: the range's dz (with an activation), as one_element_sums or one_element_dz left
+  // it. ds = dz (x - m) - delta dz per channel, delta = sum (x - m) / D (the saved mean's rounding), so the
+  // slice's sum of w ds is swd - delta sw.
+  auto one_element_write = [&](int64_t s, int64_t lo, int64_t hi, auto kind, const C* dz_buf,
+                               const OneElementSums& t) {
+    const int64_t n = s / G, c0 = (s % G) * cpg;
+    const T* xs = p.x + s * D;
+    const C m = p.mean[s];
+    const double dd = static_cast<double>(D), delta = t.dm / dd, rstd = static_cast<double>(p.rstd[s]);
+    double* ds_out = p.ds + n * p.channels + c0;
+    double* db_out = p.db + n * p.channels + c0;
+    const double S = t.swd - delta * t.sw, B = t.sw;
+    const double coef_x = -rstd * rstd * rstd * S / dd, coef_1 = -rstd * B / dd - coef_x * delta;
+    const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
+    T* dxs = p.dx ? p.dx + s * D : nullptr;
+    for (int64_t cl = lo; cl < hi; ++cl) {
+      const C d = static_cast<C>(xs[cl]) - m, gz = one_element_grad_z(s, cl, lo, kind, dz_buf);
+      const double db = static_cast<double>(gz);
+      ds_out[cl] = (static_cast<double>(gz * d) - delta * db) * rstd;
+      db_out[cl] = db;
+      if (dxs) dxs[cl] = static_cast<T>(a_of(s, c0 + cl) * gz + (cx * d + c1));
+    }
+  };
+  // f(kind) with the activation's kind as a compile-time constant (kNone without one).
+  auto with_act_kind = [&](auto f) {
+    if constexpr (kAct) {
+      gn_act::with_kind(p.act.kind, f);
+    } else {
+      f(std::integral_constant<int, gn_act::kNone>{});
+    }
+  };
+  if (HW == 1) {  // (N, C) inputs: every element is a channel of its own
+    if (parts == 1) {
+      at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
+        std::vector<C> dz_buf(kAct ? static_cast<size_t>(round_up(cpg, Pack<T>::kWidth)) : 0);
+        with_act_kind([&](auto kind) {
+          for (int64_t s = first; s < last; ++s) {
+            const OneElementSums t = one_element_sums(s, 0, D, kind, dz_buf.data());  // fills dz_buf
+            one_element_write(s, 0, D, kind, dz_buf.data(), t);
+          }
         });
-      } else {
-        for (int64_t s = first; s < last; ++s)
-          one_element_channels(s, std::integral_constant<int, gn_act::kNone>{}, nullptr);
+      });
+      return;
+    }
+    std::vector<OneElementSums> part_sums(static_cast<size_t>(items));
+    auto over_parts = [&](auto step) {
+      at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+        for (int64_t it = first; it < last; ++it) {
+          const int64_t lo = begin_of(it), hi = end_of(it);
+          std::vector<C> dz_buf(kAct ? static_cast<size_t>(round_up(hi - lo, Pack<T>::kWidth)) : 0);
+          with_act_kind([&](auto kind) { step(it, lo, hi, kind, dz_buf.data()); });
+        }
+      });
+    };
+    over_parts([&](int64_t it, int64_t lo, int64_t hi, auto kind, C* dz_buf) {
+      part_sums[it] = one_element_sums(it / parts, lo, hi, kind, dz_buf);
+    });
+    for (int64_t s = 0; s < slices; ++s) {  // part 0 <- the slice's total, parts added in order
+      OneElementSums& total = part_sums[s * parts];
+      for (int64_t j = 1; j < parts; ++j) {
+        const OneElementSums& part = part_sums[s * parts + j];
+        total.dm += part.dm;
+        total.swd += part.swd;
+        total.sw += part.sw;
       }
+    }
+    over_parts([&](int64_t it, int64_t lo, int64_t hi, auto kind, C* dz_buf) {
+      one_element_dz(it / parts, lo, hi, kind, dz_buf);
+      one_element_write(it / parts, lo, hi, kind, dz_buf, part_sums[it / parts * parts]);
     });
     return;
   }

@@ -179,27 +179,93 @@ GROUP_NORM_BACKWARD_CPU_TEMPLATE = GROUP_NORM_BACKWARD_CHECKS + CPU_BACKWARD_KER
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <torch/library.h>
+#include <algorithm>
 #include <array>
-#include <vector>
+#include <memory>
 
 namespace gn_inline_backward_cpu {
 
-// Writes the parameter gradients (values: dw then db, C each) into dw / db (null: not asked for) in their dtype.
-inline void write_param_grads(const std::vector<double>& values, int64_t C, at::Tensor* dw, at::Tensor* db) {
-  const at::ScalarType type = (dw ? dw : db)->scalar_type();
+// The per-(n, c) sums of one backward call (ds, db: N * C doubles each) and its parameter gradients (2 C), one
+// buffer, uninitialised: every kernel path writes each (n, c) entry, and the parameter sums start from sample 0's.
+// The calling thread keeps it across calls while it is at most kKeptScratchBytes. As three zero-filled vectors
+// allocated per call, (1, 262144) G1 float32 backward spent most of its ~3 ms in page faults under the zero
+// fills (8 MB that glibc had returned to the system after the call before; perf, 2-core AVX-512 machine), where
+// PyTorch's whole backward took 0.8 ms. Larger buffers (inputs of many short channels) are allocated per call
+// with huge pages advised, like the outputs: their kernels' time grows in proportion.
+constexpr size_t kKeptScratchBytes = size_t(32) << 20;
+inline double* backward_scratch(size_t count, std::unique_ptr<double[]>& per_call) {
+  thread_local std::unique_ptr<double[]> kept;
+  thread_local size_t kept_count = 0;
+  if (count * sizeof(double) > kKeptScratchBytes) {
+    per_call.reset(new double[count]);
+    gn_cpu::advise_huge_pages(per_call.get(), static_cast<int64_t>(count * sizeof(double)));
+    return per_call.get();
+  }
+  if (kept_count < count) {
+    kept.reset();  // the smaller one freed before the larger is allocated
+    kept.reset(new double[count]);
+    kept_count = count;
+  }
+  return kept.get();
+}
+
+// dw[c] = sum_n ds[n, c] (each already times its group's rstd) and db[c] = sum_n db[n, c] for channels [c0, c1)
+// into sw / sb: sample by sample into every channel's sums, a vector of channels at a time (the same order of
+// additions per channel as a loop over n per channel, whose dependent chain of N additions per channel cost ~5 us
+// at (32,128,3,2); group by group, element by element, a tenth of the backward of (128,128,3,2)). Sample 0's sums
+// are the start.
+inline void sum_param_grads(const double* ds, const double* db, int64_t N, int64_t C, int64_t c0, int64_t c1,
+                            double* sw, double* sb) {
+  using VD = at::vec::Vectorized<double>;
+  constexpr int64_t L = VD::size();
+  std::copy(ds + c0, ds + c1, sw + c0);
+  std::copy(db + c0, db + c1, sb + c0);
+  for (int64_t n = 1; n < N; ++n) {
+    const double* dsn = ds + n * C;
+    const double* dbn = db + n * C;
+    int64_t c = c0;
+    for (; c + L <= c1; c += L) {
+      (VD::loadu(sw + c) + VD::loadu(dsn + c)).store(sw + c);
+      (VD::loadu(sb + c) + VD::loadu(dbn + c)).store(sb + c);
+    }
+    for (; c < c1; ++c) {
+      sw[c] += dsn[c];
+      sb[c] += dbn[c];
+    }
+  }
+}
+
+// The parameter gradients from the per-(n, c) sums (ds, db: (N, C); scratch: 2 C doubles, unused when N == 1, whose
+// sums are the gradients) into dw / db (null: not asked for) in their dtype. Channels shared out over the threads
+// from kParallelParamEntries (n, c) entries ((1, 262144) G1: 0.5 M doubles summed and converted, serially a tenth
+// of the backward); below, a parallel region's fork cost more than the few nanoseconds an entry takes ((8, 1024)
+// G4 float32 backward 0.87 -> 1.02x PyTorch's time with the threads' grain of grain_items).
+constexpr int64_t kParallelParamEntries = int64_t(1) << 16;
+inline void write_param_grads(const double* ds, const double* db, int64_t N, int64_t C, double* scratch,
+                              at::Tensor* dw, at::Tensor* dbias) {
+  const double* sw = N == 1 ? ds : scratch;
+  const double* sb = N == 1 ? db : scratch + C;
+  const at::ScalarType type = (dw ? dw : dbias)->scalar_type();
   if (!gn_inline_backward::dispatched_type(type)) {  // any other floating dtype: converted by copy_
-    const at::Tensor all = at::from_blob(const_cast<double*>(values.data()), {2 * C}, at::kDouble);
-    if (dw) dw->copy_(all.slice(0, 0, C));
-    if (db) db->copy_(all.slice(0, C, 2 * C));
+    if (N > 1) sum_param_grads(ds, db, N, C, 0, C, scratch, scratch + C);
+    if (dw) dw->copy_(at::from_blob(const_cast<double*>(sw), {C}, at::kDouble));
+    if (dbias) dbias->copy_(at::from_blob(const_cast<double*>(sb), {C}, at::kDouble));
     return;
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "group_norm_backward_cpu", [&] {
     scalar_t* dwp = dw ? dw->mutable_data_ptr<scalar_t>() : nullptr;
-    scalar_t* dbp = db ? db->mutable_data_ptr<scalar_t>() : nullptr;
-    for (int64_t c = 0; c < C; ++c) {
-      if (dwp) dwp[c] = static_cast<scalar_t>(values[c]);
-      if (dbp) dbp[c] = static_cast<scalar_t>(values[C + c]);
-    }
+    scalar_t* dbp = dbias ? dbias->mutable_data_ptr<scalar_t>() : nullptr;
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+    const int64_t grain = N * C < kParallelParamEntries ? C : (C + threads - 1) / threads;
+    at::parallel_for(0, C, std::max<int64_t>(1, grain), [&](int64_t c0, int64_t c1) {
+      if (N > 1) sum_param_grads(ds, db, N, C, c0, c1, scratch, scratch + C);
+      if (dwp) {
+        for (int64_t c = c0; c < c1; ++c) dwp[c] = static_cast<scalar_t>(sw[c]);
+      }
+      if (dbp) {
+        for (int64_t c = c0; c < c1; ++c) dbp[c] = static_cast<scalar_t>(sb[c]);
+      }
+    });
   });
 }
 
@@ -236,9 +302,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   const at::Tensor w_c = affine ? as_acc(*weight) : at::Tensor();
   const bool has_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
   const at::Tensor b_c = has_bias ? as_acc(*bias) : at::Tensor();
-  // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each.
-  std::vector<double> ds(static_cast<size_t>(N * C)), db(static_cast<size_t>(N * C));
-  std::vector<double> param_grads(static_cast<size_t>(2 * C));  // dw then db, in double
+  // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each; then the
+  // parameter gradients, dw then db, in double.
+  std::unique_ptr<double[]> per_call;
+  double* const ds = backward_scratch(static_cast<size_t>(2 * N * C + 2 * C), per_call);
+  double* const db = ds + N * C;
+  double* const param_grads = db + N * C;
   if (output_mask[0]) gn_cpu::advise_huge_pages(dx.mutable_data_ptr(), static_cast<int64_t>(dx.nbytes()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
     using C_t = gn_cpu::compute_t<scalar_t>;
@@ -255,8 +324,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     args.channels = C;
     args.HW = HW;
     args.act = act;
-    args.ds = ds.data();
-    args.db = db.data();
+    args.ds = ds;
+    args.db = db;
     // (N, C) inputs (one element a channel) of up to kMaxRowChannels channels whose samples share out over the
     // threads take the channels-last kernels too, a sample being one row of C: 2-core AVX-512 machine, 2 threads,
     // backward against PyTorch's, slice by slice -> as rows: (64,1024,1,1) float16 2.4x -> 1.1-1.3x, (256,64) G8
@@ -278,31 +347,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     } else {
       run(std::true_type{});
     }
-    if (!(output_mask[1] || output_mask[2])) return;
-    // dw[c] = sum_n ds[n, c] (each already times its group's rstd),  db[c] = sum_n db[n, c]: sample by sample into
-    // every channel's sums, a vector of channels at a time (the same order of additions per channel as a loop over
-    // n per channel, whose dependent chain of N additions per channel cost ~5 us at (32,128,3,2); group by group,
-    // element by element, a tenth of the backward of (128,128,3,2)).
-    using VD = at::vec::Vectorized<double>;
-    constexpr int64_t L = VD::size();
-    double* sw = param_grads.data();
-    double* sb = sw + C;
-    for (int64_t n = 0; n < N; ++n) {
-      const double* dsn = &ds[n * C];
-      const double* dbn = &db[n * C];
-      int64_t c = 0;
-      for (; c + L <= C; c += L) {
-        (VD::loadu(sw + c) + VD::loadu(dsn + c)).store(sw + c);
-        (VD::loadu(sb + c) + VD::loadu(dbn + c)).store(sb + c);
-      }
-      for (; c < C; ++c) {
-        sw[c] += dsn[c];
-        sb[c] += dbn[c];
-      }
-    }
   });
-  if (output_mask[1] || output_mask[2]) write_param_grads(param_grads, C, output_mask[1] ? &dw : nullptr,
-                                                          output_mask[2] ? &dbias : nullptr);
+  if (output_mask[1] || output_mask[2]) {
+    write_param_grads(ds, db, N, C, param_grads, output_mask[1] ? &dw : nullptr, output_mask[2] ? &dbias : nullptr);
+  }
   return {dx, dw, dbias};
 }
 
