@@ -187,6 +187,7 @@ SPLIT_SHAPES = [
     ((3, 256, 6, 7), 8, torch.channels_last),
     ((1, 512, 8, 8), 32, torch.channels_last),
     ((3, 64, 4, 9, 10), 4, torch.channels_last_3d),
+    ((3, 256, 2, 2), 4, torch.channels_last),  # chunks of 2 groups of 64 channels: group sums from the rows
     ((1, 40000), 1, torch.contiguous_format),  # one-element channels, a slice cut into parts
     ((2, 36000), 2, torch.contiguous_format),
 ]
@@ -288,6 +289,7 @@ def test_thread_count_does_not_change_results_much(num_threads, threads):
     ((2, 8, 33, 31), 4, torch.channels_last),
     ((1, 72, 25, 23), 8, torch.channels_last),       # whole chunks, several column tiles, an odd tail
     ((1, 16, 4, 20, 21), 4, torch.channels_last_3d),
+    ((4, 128, 2, 3), 2, torch.channels_last),        # groups of 64 channels, 6 rows: group sums from the rows
 ], ids=str)
 def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads, poisoned_outputs):
     """|mean| = 1e4 std: shifted sums (pivot near the data, parts merged with Chan's formula) keep the statistics
@@ -312,10 +314,15 @@ def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads
     ((16, 24, 5, 6), 1),         # one group: the sample's sums as one run (one block); rows normalised as a flat
                                  # run (24 channels: constants tiled over 3 packs)
     ((6, 40, 9, 10), 1),         # one group, 3600 values a sample: blocks merged; flat run over 5-pack periods
+    ((3, 256, 2, 3), 4),         # groups of 64 channels, 6 rows: group sums straight from the rows, columns walk
+    ((2, 1280, 2, 2), 32),       # groups of 40 channels (a masked last pack), 4 rows: group sums, columns walk
+    ((2, 192, 5, 5), 3),         # groups of 64 channels, 25 rows: group sums, rows walk
+    ((2, 1024, 2, 3), 2),        # groups of 512 channels: group sums folded into double every few rows
 ], ids=str)
 def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads, poisoned_outputs):
     """The channels-last statistics add per-channel sums taken about each channel's own pivot (its first row, moved
-    to the running mean between tiles) after shifting them to one pivot per group. Made hard here: the channels of
+    to the running mean between tiles) after shifting them to one pivot per group; samples of few rows and groups
+    a pack wide or wider sum each group straight about its first value (the last three shapes). Made hard here: the channels of
     a group sit 1e3 apart around 1e4 (the group's spread is then the channels' spread), and every channel's first
     row is 50 std off its values (a bad first pivot); forward, statistics and gradients (with and without
     grad_input) against float64. The backward takes whole samples per task here too, or parts of them."""

@@ -25,6 +25,7 @@ CPU_FORWARD_KERNELS = CPU_VEC_HEADER + r"""
 #define GN_INLINE_CPU_FORWARD_KERNELS
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -537,6 +538,64 @@ void channel_sums(const T* x, int64_t channels, int64_t stride, int64_t lo, int6
   }
 }
 
+// Samples of few rows whose groups are at least a pack wide: group g's shifted sums straight from its runs of cpg
+// channels in rows [0, rows) (`stride` apart), about one pivot, the group's first value, without channel_sums'
+// per-channel sums (three doubles per channel written, then added up per group: at a few rows more work than the
+// data itself; (64,4096,2,2) G32 float32 forward took 1.85x PyTorch's time, 2 threads). The pack sums are folded
+// into double every kBlock / kWidth additions per lane, as block_sums'. q, t1, t2: G each.
+// Taken (use_group_rows) for at most kGroupRowsMaxRows rows, and while the lanes the groups' masked last packs
+// leave idle, rows x (cpg rounded up to a pack - cpg), stay within kGroupRowsIdle x cpg. 2-core AVX-512 machine, 2
+// threads, float32 channels-last forward, per-channel sums -> group sums (us, alternating with PyTorch's in one
+// process): (64,4096,2,2) 189 -> 118, (32,4096,1,3) 93 -> 56, (8,4096,6,6) 118 -> 114, (8,4096,8,8) 208 -> 181,
+// (32,1280,2,3) 38 -> 30; with 40 channels a group (a full pack and a quarter) (8,1280,4,4) 20.9 -> 22.4 and
+// (8,1280,6,6) 35.1 -> 39.0, where the idle lanes cost more than the per-channel sums save; past 64 rows
+// (4,1024,32,32) 399 -> 609 (a strip of the sample a group: strided over many rows).
+constexpr int64_t kGroupRowsMaxRows = 64;
+constexpr int64_t kGroupRowsIdle = 8;
+template <typename T>
+inline bool use_group_rows(int64_t G, int64_t cpg, int64_t rows) {
+  constexpr int64_t W = Pack<T>::kWidth;
+  return G > 1 && cpg >= W && rows <= kGroupRowsMaxRows && rows * (round_up(cpg, W) - cpg) <= kGroupRowsIdle * cpg;
+}
+
+template <typename T>
+void group_sums_rows(const T* x, int64_t stride, int64_t rows, int64_t G, int64_t cpg, double* q, double* t1,
+                     double* t2) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  constexpr int64_t W = P::kWidth;
+  const int64_t whole = cpg / W * W, tail = cpg - whole;
+  const int64_t fold_rows = std::max<int64_t>(1, kBlock / W / ((cpg + W - 1) / W));
+  for (int64_t g = 0; g < G; ++g) {
+    const T* xg = x + g * cpg;
+    const C pivot = static_cast<C>(xg[0]);
+    const P k = P::broadcast(pivot);
+    double d1 = 0, d2 = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += fold_rows) {
+      const int64_t r1 = std::min(rows, r0 + fold_rows);
+      P s1 = P::broadcast(C(0)), s2 = s1;
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* p = xg + r * stride;
+        for (int64_t c = 0; c < whole; c += W) {
+          const P d = P::load(p + c) - k;
+          s1 = s1 + d;
+          s2 = fmadd(d, d, s2);
+        }
+        if (tail > 0) {
+          const P d = (P::load(p + whole, tail) - k).first(tail);
+          s1 = s1 + d;
+          s2 = fmadd(d, d, s2);
+        }
+      }
+      d1 += sum_lanes(s1);
+      d2 += sum_lanes(s2);
+    }
+    q[g] = static_cast<double>(pivot);
+    t1[g] = d1;
+    t2[g] = d2;
+  }
+}
+
 // Rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart):
 // y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED (b = bias - mean * a folded in double; m unused)
 // y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of constants per vector instead of three. m, a, b
@@ -561,6 +620,42 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t 
     int64_t c = 0;
     for (; c + W <= channels; c += W) normalized(xr, c, W).store(yr + c);
     if (c < channels) normalized(xr, c, channels - c).store(yr + c, channels - c);
+  }
+}
+
+// normalize_rows for rows [0, rows) of a sample of at most kColumnsMaxRows rows: down the rows a pack of channels at
+// a time, so that each pack of constants is loaded once per sample instead of once per row. 2-core AVX-512 machine,
+// float32 channels-last forward, rows -> columns (us): (64,4096,2,2) 118 -> 99, (32,4096,2,4) 98 -> 91,
+// (32,4096,1,3) 56 -> 53; at 9 rows even ((16,2560,3,3) 38.2 / 39.4), at 16 and more rows of 16 KB up to 1.7x
+// slower (the rows of one walk fall into the same L1 sets).
+constexpr int64_t kColumnsMaxRows = 8;
+template <bool FOLDED, typename T, typename Ep>
+void normalize_columns(const T* x, T* y, int64_t channels, int64_t stride, int64_t rows, const compute_t<T>* m,
+                       const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  for (int64_t c = 0; c < channels; c += W) {
+    const int64_t cnt = std::min(W, channels - c);
+    const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
+    const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
+    P vm = P::broadcast(0);
+    if constexpr (!FOLDED) vm = P{V::loadu(m + c), V::loadu(m + c + P::kVec)};
+    const T* xc = x + c;
+    T* yc = y + c;
+    if (cnt == W) {
+      for (int64_t r = 0; r < rows; ++r) {
+        P v = P::load(xc + r * stride);
+        if constexpr (!FOLDED) v = v - vm;
+        activate(ep, fmadd(v, va, vb)).store(yc + r * stride);
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        P v = P::load(xc + r * stride, cnt);
+        if constexpr (!FOLDED) v = v - vm;
+        activate(ep, fmadd(v, va, vb)).store(yc + r * stride, cnt);
+      }
+    }
   }
 }
 
@@ -738,6 +833,30 @@ void samples_constants(const double* pivot, const double* s1, const double* s2, 
     sample_constants<FOLD>(mean_out + i * G, rstd_out + i * G, G, cpg, w, b, k + i * 3 * cpad, cpad);
 }
 
+// The statistics and constants of one sample, or of a chunk of its groups, by group_sums_rows (see use_group_rows):
+// mean and rstd of its G groups into mean_out/rstd_out[0, G), its constants into k (sample_constants; cpad each).
+// scratch: 3 * round_up(G, kStatBatch) doubles.
+template <bool FOLD, typename T>
+void group_rows_constants(const T* x, int64_t stride, int64_t rows, int64_t G, int64_t cpg, double eps,
+                          const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
+                          compute_t<T>* rstd_out, compute_t<T>* k, int64_t cpad, double* scratch) {
+  using C = compute_t<T>;
+  const int64_t gpad = round_up(G, kStatBatch);
+  double* q = scratch;
+  double* t1 = q + gpad;
+  double* t2 = t1 + gpad;
+  group_sums_rows(x, stride, rows, G, cpg, q, t1, t2);
+  for (int64_t g0 = 0; g0 < G; g0 += kStatBatch) {
+    __at_align__ double mean[kStatBatch], rstd[kStatBatch];
+    batch_statistics(q + g0, t1 + g0, t2 + g0, static_cast<double>(cpg * rows), eps, mean, rstd);
+    for (int64_t j = 0; j < std::min(kStatBatch, G - g0); ++j) {
+      mean_out[g0 + j] = static_cast<C>(mean[j]);
+      rstd_out[g0 + j] = static_cast<C>(rstd[j]);
+    }
+  }
+  sample_constants<FOLD>(mean_out, rstd_out, G, cpg, w, b, k, cpad);
+}
+
 // x, y: (N, HW, channels) contiguous (NHWC / NDHWC); w, b: (channels,) or null; mean, rstd: (N*G,).
 template <typename T, typename Ep>
 void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
@@ -773,19 +892,30 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     // statistics and constants, and its normalisation in one task, rows read and written cw channels at a time.
     const int64_t gw = G / chunks, cpg = channels / G, cw = gw * cpg;
     // (Grain 1: group_chunks has found the work worth the threads, and chunks that even out their shares.)
+    const bool group_rows = use_group_rows<T>(gw, cpg, HW);
     at::parallel_for(0, N * chunks, 1, [&](int64_t first, int64_t last) {
-      std::vector<double> sums(static_cast<size_t>(3 * cw));  // pivots, s1, s2
+      std::vector<double> sums(static_cast<size_t>(group_rows ? 3 * round_up(gw, kStatBatch) : 3 * cw));
       std::vector<C> k(static_cast<size_t>(4 * cpad), C(0));  // m, a, b, then pivots
       for (int64_t it = first; it < last; ++it) {
         const int64_t n = it / chunks, g0 = (it % chunks) * gw, c0 = g0 * cpg;
         const T* xs = x + n * sample + c0;
-        channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + cw,
-                     sums.data() + 2 * cw);
-        samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, bounds.data(), 1, cw, gw, 1, eps,
-                                w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
-                                rstd_out + n * G + g0, k.data(), cpad);
-        normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + cpad,
-                             k.data() + 2 * cpad, ep);
+        if (group_rows) {
+          group_rows_constants<fold>(xs, channels, HW, gw, cpg, eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr,
+                                     mean_out + n * G + g0, rstd_out + n * G + g0, k.data(), cpad, sums.data());
+        } else {
+          channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + cw,
+                       sums.data() + 2 * cw);
+          samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, bounds.data(), 1, cw, gw, 1,
+                                  eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
+                                  rstd_out + n * G + g0, k.data(), cpad);
+        }
+        if (HW <= kColumnsMaxRows) {
+          normalize_columns<fold>(xs, y + n * sample + c0, cw, channels, HW, k.data(), k.data() + cpad,
+                                  k.data() + 2 * cpad, ep);
+        } else {
+          normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + cpad,
+                               k.data() + 2 * cpad, ep);
+        }
       }
     });
     return;
@@ -800,9 +930,18 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     const int64_t batch = std::clamp<int64_t>(
         std::min(kStatBatch / G, kBatchBytes / std::max<int64_t>(1, sample * static_cast<int64_t>(sizeof(T)))), 1,
         kStatBatch);
+    // Groups of samples of few rows summed straight from the rows (group_sums_rows), where a group is a pack or
+    // wider; narrower ones keep the per-channel sums, whose packs span groups.
+    const int64_t cpg = channels / G;
+    const bool group_rows = use_group_rows<T>(G, cpg, HW);
     at::parallel_for(0, N, grain, [&](int64_t first, int64_t last) {
-      std::vector<double> sums(static_cast<size_t>(3 * batch * channels));  // pivots, s1, s2 of each sample
-      std::vector<C> k(static_cast<size_t>((3 * batch + 1) * cpad), C(0));  // m, a, b of each, then pivots
+      // Scratch not zero-filled (a value-initialised vector's memset was 5.6% of the forward of (64,4096,2,2)
+      // float32, 160 KB a task): channel_sums writes the pivots and sums it leaves, sample_constants every
+      // constant below `channels`; the pad lanes past it are zeroed here, once.
+      const std::unique_ptr<double[]> sums(new double[static_cast<size_t>(3 * batch * channels)]);  // pivots, s1, s2
+      const std::unique_ptr<C[]> k(new C[static_cast<size_t>((3 * batch + 1) * cpad)]);  // m, a, b of each, pivots
+      for (int64_t j = 0; j <= 3 * batch; ++j) std::fill(k.get() + j * cpad + channels, k.get() + (j + 1) * cpad, C(0));
+      std::vector<double> group_scratch(group_rows ? static_cast<size_t>(3 * round_up(G, kStatBatch)) : 0);
       // Rows as one flat run where the constants' period is short (flat_period) and the sample spans it at least
       // 4 times (tiling the constants costs about as much as normalising one period row by row: at (64,40,2,4)
       // float32, a sample of two periods, the flat run was 1.15x the rows').
@@ -810,7 +949,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       if (sample < 4 * period * Pack<T>::kWidth) period = 0;
       const int64_t span = period * Pack<T>::kWidth;
       std::vector<C> tiled(static_cast<size_t>(3 * span));
-      double* pivots = sums.data();
+      double* pivots = sums.get();
       double* s1 = pivots + batch * channels;
       double* s2 = s1 + batch * channels;
       for (int64_t n0 = first; n0 < last; n0 += batch) {
@@ -839,25 +978,35 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
           for (int64_t i = 0; i < count; ++i) {
             mean_out[n0 + i] = static_cast<C>(mean[i]);
             rstd_out[n0 + i] = static_cast<C>(rstd[i]);
-            sample_constants<fold>(mean_out + n0 + i, rstd_out + n0 + i, 1, channels, w, b, k.data() + i * 3 * cpad,
+            sample_constants<fold>(mean_out + n0 + i, rstd_out + n0 + i, 1, channels, w, b, k.get() + i * 3 * cpad,
                                    cpad);
+          }
+        } else if (group_rows) {
+          for (int64_t i = 0; i < count; ++i) {
+            const int64_t n = n0 + i;
+            if (fresh_output) touch_pages(y + n * sample, sample);
+            group_rows_constants<fold>(x + n * sample, channels, HW, G, cpg, eps, w, b, mean_out + n * G,
+                                       rstd_out + n * G, k.get() + i * 3 * cpad, cpad, group_scratch.data());
           }
         } else {
           for (int64_t i = 0; i < count; ++i) {
             const int64_t n = n0 + i;
             if (fresh_output) touch_pages(y + n * sample, sample);
-            channel_sums(x + n * sample, channels, channels, 0, HW, k.data() + 3 * batch * cpad,
+            channel_sums(x + n * sample, channels, channels, 0, HW, k.get() + 3 * batch * cpad,
                          pivots + i * channels, s1 + i * channels, s2 + i * channels);
           }
           samples_constants<fold>(pivots, s1, s2, bounds.data(), 1, channels, G, count, eps, w, b, mean_out + n0 * G,
-                                  rstd_out + n0 * G, k.data(), cpad);
+                                  rstd_out + n0 * G, k.get(), cpad);
         }
         for (int64_t i = 0; i < count; ++i) {
-          const C* ki = k.data() + i * 3 * cpad;
+          const C* ki = k.get() + i * 3 * cpad;
           if (period > 0) {
             tiled_constants<T>(ki, channels, cpad, period, tiled.data());
             normalize_flat<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, sample, period, tiled.data(),
                                  tiled.data() + span, tiled.data() + 2 * span, ep);
+          } else if (HW <= kColumnsMaxRows) {
+            normalize_columns<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, HW, ki,
+                                    ki + cpad, ki + 2 * cpad, ep);
           } else {
             normalize_rows<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, 0, HW, ki,
                                  ki + cpad, ki + 2 * cpad, ep);

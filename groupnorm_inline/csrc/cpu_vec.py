@@ -511,7 +511,11 @@ inline void run_moments(const T* x, int64_t len, Moments& m) {
 // as double vectors: mean = pivot + s1 / len, rstd = 1 / sqrt(max(s2 - s1^2 / len, 0) / len + eps) (what
 // Moments::merge_shifted and rstd give, a division by len taken as a product with 1 / len). The arrays hold
 // kStatBatch entries; lanes at or past count are computed from whatever they hold and not used.
+// (gcc 12 reports the undefined-vector idiom of its own AVX-512 max and sqrt intrinsics, `__m512d __Y = __Y;`, as
+// -Wuninitialized where this function is compiled in some contexts: silenced for this function only.)
 constexpr int64_t kStatBatch = 16;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 inline void batch_statistics(const double* pivot, const double* s1, const double* s2, double len, double eps,
                              double* mean, double* rstd) {
   using V = Vectorized<double>;
@@ -524,6 +528,7 @@ inline void batch_statistics(const double* pivot, const double* s1, const double
     (one / (m2 * inv + veps).sqrt()).store(rstd + j);
   }
 }
+#pragma GCC diagnostic pop
 
 // ------------------------------------------------------------------------------------------------ threads
 // Below this many elements a call runs on one thread (a parallel region costs more than it saves), as ATen's
