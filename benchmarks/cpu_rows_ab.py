@@ -54,7 +54,11 @@ def make_calls(shape, groups, dtype, mode):
         return (lambda: groupnorm_inline.group_norm(x, groups, w, b, activation="silu"),
                 lambda: F.silu(F.group_norm(x, groups, w, b)))
     xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
-    dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+    # dy in the input's layout, as the layer after a channels-last GroupNorm hands it back (an NCHW dy would add a
+    # transposing copy to both sides' backward)
+    dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).contiguous(
+        memory_format=torch.channels_last if mode.startswith("cl") and len(shape) == 4
+        else torch.channels_last_3d if mode.startswith("cl") else torch.contiguous_format)
     if kind == "bwd":
         y_ours = groupnorm_inline.group_norm(xr, groups, wr, br)
         y_ref = F.group_norm(xr, groups, wr, br)
