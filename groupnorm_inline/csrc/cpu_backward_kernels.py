@@ -845,22 +845,22 @@ template <typename T, bool kAct>
 void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                                const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
                                const gn_act::Params& act, double* ds, double* db, double* dm) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  constexpr bool kDm = !std::is_same_v<C, double>;
+  const int64_t cpad = round_up(channels, W);
+  // Per thread, kept across calls (a fresh vector per call, i.e. per sample of the whole-sample path, was a tenth
+  // of the backward of samples of 6 rows in malloc and free: perf at (32,128,3,2)).
+  thread_local std::vector<C> acc;
+  if (acc.size() < static_cast<size_t>(3 * cpad)) acc.resize(static_cast<size_t>(3 * cpad));
+  C* const sd = acc.data();   // sum dz (x - m)
+  C* const sb = sd + cpad;    // sum dz
+  C* const sm = sb + cpad;    // sum (x - m)
+  auto vload = [](const C* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
   with_activation_kind<kAct>(act, [&](auto kind) {
     constexpr int K = decltype(kind)::value;
-    using P = Pack<T>;
-    using C = compute_t<T>;
-    using V = typename P::V;
-    constexpr int64_t W = P::kWidth;
-    constexpr bool kDm = !std::is_same_v<C, double>;
-    const int64_t cpad = round_up(channels, W);
-    // Per thread, kept across calls (a fresh vector per call, i.e. per sample of the whole-sample path, was a tenth
-    // of the backward of samples of 6 rows in malloc and free: perf at (32,128,3,2)).
-    thread_local std::vector<C> acc;
-    if (acc.size() < static_cast<size_t>(3 * cpad)) acc.resize(static_cast<size_t>(3 * cpad));
-    C* const sd = acc.data();   // sum dz (x - m)
-    C* const sb = sd + cpad;    // sum dz
-    C* const sm = sb + cpad;    // sum (x - m)
-    auto vload = [](const C* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
     for (int64_t r0 = lo; r0 < hi; r0 += kTileRows) {
       const int64_t r1 = std::min(hi, r0 + kTileRows);
       std::fill_n(acc.data(), 3 * cpad, C(0));
