@@ -370,10 +370,6 @@ GN_CPU_INLINE V derivative_vector(const gn_act::Params& p, const V& z) {
   }
 }
 
-// What one element of the forward's normalising pass costs with the epilogue ep, in plain elements streamed, for
-// the threads' grain: an activation built on exp, erf or tanh costs several (SiLU: an exp and a division a vector),
-// and counted as one element, (16,32,48) G4 + SiLU (24 K elements) stayed on one thread, 1.28x the time of
-// PyTorch's GroupNorm (on both threads) and SiLU at 2 threads, float32 (2-core AVX-512 machine).
 // Whether the activation `kind` is built on exp, erf or tanh (several plain elements' work an element), not on
 // comparisons and products.
 inline bool activation_is_costly(int kind) {
@@ -381,6 +377,10 @@ inline bool activation_is_costly(int kind) {
            kind == gn_act::kHardtanh || kind == gn_act::kHardswish);
 }
 
+// What one element of the forward's normalising pass costs with the epilogue ep, in plain elements streamed, for
+// the threads' grain: an activation built on exp, erf or tanh costs several (SiLU: an exp and a division a vector),
+// and counted as one element, (16,32,48) G4 + SiLU (24 K elements) stayed on one thread, 1.28x the time of
+// PyTorch's GroupNorm (on both threads) and SiLU at 2 threads, float32 (2-core AVX-512 machine).
 template <typename Ep>
 inline int64_t element_work(const Ep& ep) {
   if constexpr (Ep::kIsIdentity) {
