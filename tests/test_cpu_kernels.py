@@ -322,10 +322,11 @@ def test_large_mean_float32(shape, groups, memory_format, offset, scale, threads
 def test_channels_last_sums_far_apart(shape, groups, dtype, num_threads, threads, poisoned_outputs):
     """The channels-last statistics add per-channel sums taken about each channel's own pivot (its first row, moved
     to the running mean between tiles) after shifting them to one pivot per group; samples of few rows and groups
-    a pack wide or wider sum each group straight about its first value (the last three shapes). Made hard here: the channels of
-    a group sit 1e3 apart around 1e4 (the group's spread is then the channels' spread), and every channel's first
-    row is 50 std off its values (a bad first pivot); forward, statistics and gradients (with and without
-    grad_input) against float64. The backward takes whole samples per task here too, or parts of them."""
+    a pack wide or wider sum each group straight about its first value (the last four shapes; their backward also
+    works group by group). Made hard here: the channels of a group sit 1e3 apart around 1e4 (the group's spread is
+    then the channels' spread), and every channel's first row is 50 std off its values (a bad first pivot);
+    forward, statistics and gradients (with and without grad_input) against float64. The backward takes whole
+    samples per task here too, or parts of them."""
     threads(num_threads)
     layout = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     x = _input(shape, torch.float64, mean=0.0, std=1.0)
