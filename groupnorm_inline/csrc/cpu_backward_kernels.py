@@ -22,6 +22,7 @@ from .cpu_forward_kernels import CPU_FORWARD_KERNELS
 CPU_BACKWARD_KERNELS = CPU_FORWARD_KERNELS + r"""
 #ifndef GN_INLINE_CPU_BACKWARD_KERNELS
 #define GN_INLINE_CPU_BACKWARD_KERNELS
+#include <memory>
 #include <vector>
 
 namespace gn_cpu {
@@ -735,8 +736,9 @@ void backward_nchw(const BackwardArgs<T>& p) {
       at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
         for (int64_t it = first; it < last; ++it) {
           const int64_t lo = begin_of(it), hi = end_of(it);
-          std::vector<C> dz_buf(kAct ? static_cast<size_t>(round_up(hi - lo, Pack<T>::kWidth)) : 0);
-          with_act_kind([&](auto kind) { step(it, lo, hi, kind, dz_buf.data()); });
+          const std::unique_ptr<C[]> dz_buf(kAct ? new C[static_cast<size_t>(round_up(hi - lo, Pack<T>::kWidth))]
+                                                 : nullptr);  // (one_element_dz writes it before any read)
+          with_act_kind([&](auto kind) { step(it, lo, hi, kind, dz_buf.get()); });
         }
       });
     };
@@ -806,8 +808,10 @@ void backward_nchw(const BackwardArgs<T>& p) {
     constexpr int64_t kMaxKeptDz = 65536;
     const bool keep_dz = kAct && p.dx && D <= kMaxKeptDz && activation_is_costly(p.act.kind);
     at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
-      std::vector<C> dz(keep_dz ? static_cast<size_t>(D + kPackWidth) : 0);
-      C* const slice_dz = keep_dz ? dz.data() : nullptr;
+      // (Not zero-filled: the sums pass writes every element dx reads, whole packs included; a value-initialised
+      // vector cleared up to 256 KB per task.)
+      const std::unique_ptr<C[]> dz(keep_dz ? new C[static_cast<size_t>(D + kPackWidth)] : nullptr);
+      C* const slice_dz = dz.get();
       for (int64_t s = first; s < last; ++s) {
         sums_of_item(s, nullptr, slice_dz);
         finish_slice(s);
