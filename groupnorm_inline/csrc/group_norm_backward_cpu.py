@@ -299,9 +299,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   const at::Tensor dy = in_layout(grad_out);
   const at::Tensor mean_c = as_acc(mean), rstd_c = as_acc(rstd);
   const bool affine = weight.has_value() && weight->defined();
-  const at::Tensor w_c = affine ? as_acc(*weight) : at::Tensor();
+  // (weight and bias are read through param_values: half ones widened without a dispatched call)
   const bool has_bias = act.kind != gn_act::kNone && bias.has_value() && bias->defined();
-  const at::Tensor b_c = has_bias ? as_acc(*bias) : at::Tensor();
   // Per-(n, c) sums for the parameter gradients: ds about the exact slice mean, and db; (N, C) each; then the
   // parameter gradients, dw then db, in double.
   std::unique_ptr<double[]> per_call;
@@ -317,8 +316,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     args.dx = output_mask[0] ? dx.mutable_data_ptr<scalar_t>() : nullptr;
     args.mean = mean_c.const_data_ptr<C_t>();
     args.rstd = rstd_c.const_data_ptr<C_t>();
-    args.w = affine ? w_c.const_data_ptr<C_t>() : nullptr;
-    args.bias = has_bias ? b_c.const_data_ptr<C_t>() : nullptr;
+    std::vector<C_t> w_widened, b_widened;
+    args.w = affine ? gn_cpu::param_values<scalar_t>(*weight, w_widened) : nullptr;
+    args.bias = has_bias ? gn_cpu::param_values<scalar_t>(*bias, b_widened) : nullptr;
     args.N = N;
     args.G = G;
     args.channels = C;

@@ -252,7 +252,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
   gn_inline_forward::check_forward_args(input_arg, num_groups, weight, bias);
   TORCH_CHECK(input_arg.device().is_cpu(), "group_norm_forward_cpu: expected a CPU input");
   gn_inline_forward::ForwardCall call = gn_inline_forward::prepare_forward(
-      input_arg, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cpu");
+      input_arg, num_groups, weight, bias, activation, act_alpha, act_beta, "group_norm_forward_cpu",
+      /*keep_param_dtype=*/true);  // half parameters are widened below, without a dispatched call
   const at::Tensor& input = call.x;
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
@@ -265,8 +266,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
     using C_t = gn_cpu::compute_t<scalar_t>;
     const scalar_t* xp = input.const_data_ptr<scalar_t>();
     scalar_t* yp = y.mutable_data_ptr<scalar_t>();
-    const C_t* wp = affine ? w.const_data_ptr<C_t>() : nullptr;
-    const C_t* bp = affine ? b.const_data_ptr<C_t>() : nullptr;
+    std::vector<C_t> w_widened, b_widened;
+    const C_t* wp = affine ? gn_cpu::param_values<scalar_t>(w, w_widened) : nullptr;
+    const C_t* bp = affine ? gn_cpu::param_values<scalar_t>(b, b_widened) : nullptr;
     C_t* mp = mean.mutable_data_ptr<C_t>();
     C_t* rp = rstd.mutable_data_ptr<C_t>();
     gn_cpu::with_epilogue(call.act, [&](const auto& ep) {
