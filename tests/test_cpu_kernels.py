@@ -228,12 +228,16 @@ def test_many_small_slices_batched_statistics(shape, groups, dtype, num_threads,
     check_forward_cpu(x, groups, None, None, "none", what + " no affine")
 
 
-# NCHW slices of channels shorter than 32 elements, no activation: on AVX-512 builds the backward takes 16
-# channels at a time (one or two masked vectors per channel, sums by a shuffle tree) in chunks of slices, for
-# float32 and 16-bit data. (shape, groups): HW = 2 (many rows, partial last block of 16), 9 (cpg 2, 111 slices in
-# two chunks), exactly 16 (one vector per channel), 17 and 31 (two), and one channel per group.
+# NCHW slices of channels of up to 320 elements, no activation: on AVX-512 builds the backward takes 16
+# channels at a time (one or two masked vectors per channel, or whole vectors and a masked last one from 32
+# elements on; sums by a shuffle tree) in chunks of slices, for float32 and 16-bit data. (shape, groups): HW = 2
+# (many rows, partial last block of 16), 9 (cpg 2, 111 slices in two chunks), exactly 16 (one vector per channel),
+# 17 and 31 (two), one channel per group; 32 (two whole vectors), 48 (one channel per group, 16 * 48 elements a
+# slice), 50 (cpg 10, a chunk of 4 slices), 33 and 320 (the longest: one whole slice a chunk) and 321 (past the
+# bound: the general path).
 SHORT_BACKWARD_SHAPES = [((21, 8, 2), 4), ((37, 6, 3, 3), 3), ((9, 48, 4, 4), 16), ((7, 10, 17), 5),
-                         ((5, 40, 31), 8), ((6, 19, 5, 5), 19)]
+                         ((5, 40, 31), 8), ((6, 19, 5, 5), 19), ((3, 12, 32), 4), ((17, 32, 48), 32),
+                         ((2, 40, 2, 5, 5), 4), ((5, 6, 33), 2), ((3, 8, 320), 4), ((2, 6, 321), 3)]
 
 
 @pytest.mark.parametrize("num_threads", [1, 3])

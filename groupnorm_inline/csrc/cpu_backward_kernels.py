@@ -383,20 +383,31 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels shorter than a pack (1 < HW < 32), no activation, 16 channels (rows of
-// HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by channel, the per-channel sums of a
-// few elements left most of each vector's lanes idle and cost a horizontal reduction per sum per channel:
-// (64, 64, 4, 4) G32 backward 1.6x PyTorch's kernel time, (64, 96, 3, 3) 1.6x. Here:
-//   sums  each channel's HW elements are one masked load (two for HW > 16) of x and of dy, d = x - m and dy * d
-//         formed in its lanes, and the three sums of 16 channels come out of one shuffle tree each (fold_pair,
-//         fold_eight), 16 at a time into ds / db. (Gathering element j of 16 channels per step instead: 1.57x
-//         PyTorch's time at (64, 64, 4, 4), the gathers' loads the bound.)
+// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels of 1 < HW <= kMaxBatchedRow elements, no
+// activation, 16 channels (rows of HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by
+// channel, the per-channel sums of a few elements left most of each vector's lanes idle and cost a horizontal
+// reduction per sum per channel: (64, 64, 4, 4) G32 backward 1.6x PyTorch's kernel time, (64, 96, 3, 3) 1.6x; and
+// for channels of a few vectors the three reductions, their conversions to double and the slice's coefficients
+// still outweighed the channel's own loads: (16, 32, 48) G32 1.7-1.9x, (160, 32, 48) 2.0x, (2, 320, 2, 5, 5) G32
+// 1.5x (bfloat16 1.9x), operator against operator, 2-core AVX-512 machine. Here:
+//   sums  each channel's HW elements are one masked load (two for HW > 16; for longer rows, whole vectors then a
+//         masked one, summed in the channel's lanes) of x and of dy, d = x - m and dy * d formed in its lanes, and
+//         the three sums of 16 channels come out of one shuffle tree each (fold_pair, fold_eight), 16 at a time
+//         into ds / db. (Gathering element j of 16 channels per step instead: 1.57x PyTorch's time at
+//         (64, 64, 4, 4), the gathers' loads the bound.)
 //   coefficients  per slice, in double (coefficients_of_sums, as backward_short_slice).
-//   dx    the 16 channels' 16 * HW elements are contiguous: each vector of them takes its lanes' per-channel
-//         constants from 16-entry tables by one permute each (row_of: lane l of vector k is in channel
-//         (16 k + l) / HW of the block, tabled once per task).
+//   dx    rows shorter than 32: the 16 channels' 16 * HW elements are contiguous: each vector of them takes its
+//         lanes' per-channel constants from 16-entry tables by one permute each (row_of: lane l of vector k is in
+//         channel (16 k + l) / HW of the block, tabled once per task). Longer rows: row by row, the constants
+//         broadcast.
 // sm: s1 * cpg - s0 * cpg floats of scratch; cx, c1: s1 - s0 floats each.
-template <typename T, bool kTwoVectors>
+// Longer rows go the general way: its per-channel reductions matter less there, and its loop keeps more sums in
+// flight than one chain per row (operator alone, builds alternated, 2 threads: float32 rows of 128 13-17.5 us
+// against 17.3-17.5, 256 29-37 against 36-38, bfloat16 320 35.5-37 against 48-64; float32 400 84-94 against
+// 84-86 and 512 34 against 29.5-31 lost).
+enum class ShortRows { kOneVector, kTwoVectors, kLong };  // HW <= 16, HW < 32, 32 <= HW <= kMaxBatchedRow
+constexpr int64_t kMaxBatchedRow = 320;
+template <typename T, ShortRows kRows>
 void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1, const __m512i* row_of,
                                 float* sm, float* cx, float* c1) {
   static_assert(std::is_same_v<compute_t<T>, float>, "float32 or 16-bit data");
@@ -436,10 +447,30 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     const __m512 m = _mm512_set1_ps(mean[slice_of[i]]);
     const T* xr = x + (r + i) * HW;
     const T* gr = dy + (r + i) * HW;
+    if constexpr (kRows == ShortRows::kLong) {
+      d = _mm512_sub_ps(load16(xr, 0xffff), m);
+      g = load16(gr, 0xffff);
+      gd = _mm512_mul_ps(g, d);
+      int64_t j = 16;
+      for (; j + 16 <= HW; j += 16) {
+        const __m512 dj = _mm512_sub_ps(load16(xr + j, 0xffff), m), gj = load16(gr + j, 0xffff);
+        gd = _mm512_fmadd_ps(gj, dj, gd);
+        g = _mm512_add_ps(g, gj);
+        d = _mm512_add_ps(d, dj);
+      }
+      if (j < HW) {
+        const __mmask16 tail = first_lanes(HW - j);
+        const __m512 dj = _mm512_maskz_sub_ps(tail, load16(xr + j, tail), m), gj = load16(gr + j, tail);
+        gd = _mm512_fmadd_ps(gj, dj, gd);
+        g = _mm512_add_ps(g, gj);
+        d = _mm512_add_ps(d, dj);
+      }
+      return;
+    }
     d = _mm512_maskz_sub_ps(first_mask, load16(xr, first_mask), m);
     g = load16(gr, first_mask);
     gd = _mm512_mul_ps(g, d);
-    if constexpr (kTwoVectors) {
+    if constexpr (kRows == ShortRows::kTwoVectors) {
       const __m512 d2 = _mm512_maskz_sub_ps(second_mask, load16(xr + 16, second_mask), m);
       const __m512 g2 = load16(gr + 16, second_mask);
       gd = _mm512_fmadd_ps(g2, d2, gd);
@@ -475,6 +506,27 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     c1[s - s0] = static_cast<float>(k.coef_1);
   }
   if (!dx) return;
+  if constexpr (kRows == ShortRows::kLong) {
+    const __mmask16 tail = first_lanes(HW % 16);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t s = r / cpg;
+      const __m512 m = _mm512_set1_ps(mean[s]), kx = _mm512_set1_ps(cx[s - s0]), k1 = _mm512_set1_ps(c1[s - s0]);
+      const __m512 a = _mm512_set1_ps(rstd_of[s] * (w ? w[(s % G) * cpg + (r - s * cpg)] : 1.0f));
+      const T* xr = x + r * HW;
+      const T* gr = dy + r * HW;
+      T* dxr = dx + r * HW;
+      int64_t j = 0;
+      for (; j + 16 <= HW; j += 16) {
+        const __m512 lin = _mm512_fmadd_ps(kx, _mm512_sub_ps(load16(xr + j, 0xffff), m), k1);
+        store16(dxr + j, 0xffff, _mm512_fmadd_ps(a, load16(gr + j, 0xffff), lin));
+      }
+      if (j < HW) {
+        const __m512 lin = _mm512_fmadd_ps(kx, _mm512_sub_ps(load16(xr + j, tail), m), k1);
+        store16(dxr + j, tail, _mm512_fmadd_ps(a, load16(gr + j, tail), lin));
+      }
+    }
+    return;
+  }
   __at_align__ float mean_of[16], a_of[16], cx_of[16], c1_of[16];
   for (int64_t r = r0; r < r1; r += 16) {
     const int64_t count = std::min<int64_t>(16, r1 - r);
@@ -760,17 +812,17 @@ void backward_nchw(const BackwardArgs<T>& p) {
     });
     return;
   }
-  if (HW > 1 && HW < kPackWidth && parts == 1) {  // channels shorter than a pack, slices whole
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-    if constexpr (std::is_same_v<compute_t<T>, float> && !kAct) {
-      static_assert(kPackWidth == 32, "HW < 32: at most 31 vectors of 16 elements per 16 channels");
-      // Float32 and 16-bit data without an activation: 16 channels at a time (backward_short_rows_avx512), in
-      // chunks of slices of at most 2048 elements (x and dy: 16 KB in float32) that stay in L1 between the sums and
-      // dx. (With an activation, and float64, slice by slice below.)
+  if constexpr (std::is_same_v<compute_t<T>, float> && !kAct) {
+    if (HW > 1 && HW <= kMaxBatchedRow && parts == 1) {
+      // Float32 and 16-bit data without an activation, whole slices of channels up to kMaxBatchedRow long: 16
+      // channels at a time (backward_short_rows_avx512), in chunks of slices of at most 2048 elements (x and dy:
+      // 16 KB in float32) that stay in L1 between the sums and dx. (With an activation, and float64, channels
+      // shorter than a pack go slice by slice below, longer ones through the general path.)
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         __m512i row_of[32];  // lane l of vector k of a block of 16 channels: channel (16 k + l) / HW of the block
-        for (int64_t k = 0; k < HW; ++k) {
+        for (int64_t k = 0; k < HW && k < 32; ++k) {
           __at_align__ int32_t q[16];
           for (int l = 0; l < 16; ++l) q[l] = static_cast<int32_t>(std::min<int64_t>(15, (16 * k + l) / HW));
           row_of[k] = _mm512_load_si512(q);
@@ -780,16 +832,22 @@ void backward_nchw(const BackwardArgs<T>& p) {
         float* sm = scratch.data();
         for (int64_t s = first; s < last; s += chunk) {
           const int64_t e = std::min(last, s + chunk);
-          if (HW > 16) {
-            backward_short_rows_avx512<T, true>(p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n);
+          if (HW >= kPackWidth) {
+            backward_short_rows_avx512<T, ShortRows::kLong>(p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n);
+          } else if (HW > 16) {
+            backward_short_rows_avx512<T, ShortRows::kTwoVectors>(p, s, e, row_of, sm, sm + n * cpg,
+                                                                  sm + n * cpg + n);
           } else {
-            backward_short_rows_avx512<T, false>(p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n);
+            backward_short_rows_avx512<T, ShortRows::kOneVector>(p, s, e, row_of, sm, sm + n * cpg,
+                                                                 sm + n * cpg + n);
           }
         }
       });
       return;
     }
+  }
 #endif
+  if (HW > 1 && HW < kPackWidth && parts == 1) {  // channels shorter than a pack, slices whole
     at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
       std::vector<C> dz(kAct ? static_cast<size_t>(D) : 0);
       for (int64_t s = first; s < last; ++s) backward_short_slice<T, kAct>(p, s, dz.data());

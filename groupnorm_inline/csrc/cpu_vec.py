@@ -565,9 +565,14 @@ inline void batch_statistics(const double* pivot, const double* s1, const double
 #pragma GCC diagnostic pop
 
 // ------------------------------------------------------------------------------------------------ threads
-// Below this many elements a call runs on one thread (a parallel region costs more than it saves), as ATen's
-// own at::internal::GRAIN_SIZE.
-constexpr int64_t kSerialElements = 32768;
+// Below this much work (elements, plus each item's fixed cost) a call runs on one thread: a parallel region costs
+// more than it saves. It was 32 K (ATen's at::internal::GRAIN_SIZE); on the 16-core Xeon host of an H200 machine one
+// thread streamed 16 K elements at 1-2 ns each while other threads of the pool were awake, where PyTorch's kernel
+// (parallel from two slices up) split them: ours / PyTorch's forward at 4-16 threads, (1,4,4164) G2 float32 1.4-2.0x,
+// (64,3,107) G1 2.5-2.8x, (1,128,141) G4 bfloat16 1.2-1.3x, (8,128,10) G2 bfloat16 1.2-1.5x (12 K); 8 K elements
+// ((1,4,2048) G2) were still 0.6-0.8 us faster on one thread at every thread count. On the 2-core AVX-512 machine
+// the same rows ran within noise either way (0.8-0.9x PyTorch's).
+constexpr int64_t kSerialElements = 10240;
 
 // What one item (an (n, g) slice, a sample) costs besides its elements, in elements streamed: its statistics'
 // fold into double, a division and a square root, the per-channel constants. ~40-70 ns a slice against ~0.3-0.5 ns
@@ -580,8 +585,10 @@ constexpr int64_t kItemOverheadElements = 128;
 // thread by elements alone, where PyTorch's kernel used both and was 1.3x faster (2-core AVX-512 machine).
 constexpr int64_t kChannelOverheadElements = 4;
 
-// A task of at::parallel_for gets at least this much work (elements streamed) once a call is parallel at all.
-constexpr int64_t kMinTaskElements = 4096;
+// A task of at::parallel_for gets at least this much work (elements streamed) once a call is parallel at all. (It was
+// 4 K: (64,3,214) G1 float32 at 16 threads then ran as 13 tasks of 5 slices where PyTorch's kernel ran 16 of 4,
+// 1.37x its time on the Xeon host; every thread of the pool wakes for a parallel region whatever the grain.)
+constexpr int64_t kMinTaskElements = 1024;
 
 // Grain (in items) for at::parallel_for over `items` items of item_elems elements each: items whose work
 // (elements plus the fixed cost of each) is below kSerialElements in all go to one thread; above it, every thread
