@@ -61,18 +61,14 @@ def forward(input, num_groups: int, weight, bias, eps: float, act: tuple[int, fl
             or (weight is not None and not isinstance(weight, torch.Tensor))
             or (bias is not None and not isinstance(bias, torch.Tensor))):
         _check_python_types(input, num_groups, weight, bias)
+    if input.is_cuda and not extension.has_cuda_kernels():
+        raise RuntimeError("groupnorm_inline: got a CUDA tensor, but the CUDA kernels were not built: "
+                           + extension.cuda_unavailable_reason())
     if _forward_op is None:
         _load_forward_op()
     if torch.compiler.is_compiling():
         return _forward_op(input, num_groups, weight, bias, float(eps), *act)
-    try:
-        return _forward_entry(input, num_groups, weight, bias, float(eps), *act)
-    except NotImplementedError:
-        # A CUDA tensor without CUDA kernels finds no kernel for its dispatch key: say why there are none.
-        if input.is_cuda and not extension.has_cuda_kernels():
-            raise RuntimeError("groupnorm_inline: got a CUDA tensor, but the CUDA kernels were not built: "
-                               + extension.cuda_unavailable_reason()) from None
-        raise
+    return _forward_entry(input, num_groups, weight, bias, float(eps), *act)
 
 
 def group_norm_with_stats(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
