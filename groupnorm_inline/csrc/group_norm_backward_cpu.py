@@ -316,9 +316,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
     args.dx = output_mask[0] ? dx.mutable_data_ptr<scalar_t>() : nullptr;
     args.mean = mean_c.const_data_ptr<C_t>();
     args.rstd = rstd_c.const_data_ptr<C_t>();
-    std::vector<C_t> w_widened, b_widened;
-    args.w = affine ? gn_cpu::param_values<scalar_t>(*weight, w_widened) : nullptr;
-    args.bias = has_bias ? gn_cpu::param_values<scalar_t>(*bias, b_widened) : nullptr;
+    std::tie(args.w, args.bias) =
+        gn_cpu::param_values<scalar_t>(affine ? *weight : at::Tensor(), has_bias ? *bias : at::Tensor());
     args.N = N;
     args.G = G;
     args.channels = C;

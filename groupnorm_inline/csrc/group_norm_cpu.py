@@ -258,7 +258,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
   at::Tensor &y = call.y, &mean = call.mean, &rstd = call.rstd;
   if (call.empty) return {y, mean, rstd};
   const int64_t N = call.N, C = call.C, HW = call.HW;
-  const bool affine = call.params.affine();
   const at::Tensor &w = call.params.w, &b = call.params.b;
   // A channels-last input is read in place and y (empty_like) has its layout: no copies either way.
   gn_cpu::advise_huge_pages(y.mutable_data_ptr(), static_cast<int64_t>(y.nbytes()));
@@ -266,9 +265,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_forward_cpu(const at::
     using C_t = gn_cpu::compute_t<scalar_t>;
     const scalar_t* xp = input.const_data_ptr<scalar_t>();
     scalar_t* yp = y.mutable_data_ptr<scalar_t>();
-    std::vector<C_t> w_widened, b_widened;
-    const C_t* wp = affine ? gn_cpu::param_values<scalar_t>(w, w_widened) : nullptr;
-    const C_t* bp = affine ? gn_cpu::param_values<scalar_t>(b, b_widened) : nullptr;
+    const C_t *wp, *bp;  // (null without affine)
+    std::tie(wp, bp) = gn_cpu::param_values<scalar_t>(w, b);
     C_t* mp = mean.mutable_data_ptr<C_t>();
     C_t* rp = rstd.mutable_data_ptr<C_t>();
     gn_cpu::with_epilogue(call.act, [&](const auto& ep) {
