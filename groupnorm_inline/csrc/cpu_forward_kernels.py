@@ -23,7 +23,6 @@ from .cpu_vec import CPU_VEC_HEADER
 CPU_FORWARD_KERNELS = CPU_VEC_HEADER + r"""
 #ifndef GN_INLINE_CPU_FORWARD_KERNELS
 #define GN_INLINE_CPU_FORWARD_KERNELS
-#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <cstdlib>
 #include <cstring>
@@ -82,14 +81,21 @@ std::pair<const compute_t<T>*, const compute_t<T>*> param_values(const at::Tenso
     if (!p.defined()) return nullptr;
     if (in_place(p)) return p.const_data_ptr<C>();
     const int64_t n = p.numel(), stride = p.stride(0);  // 1-D (check_param)
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.scalar_type(), "param_values", [&] {
-      const scalar_t* src = p.const_data_ptr<scalar_t>();
+    auto widen = [&](const auto* src) {
       if (stride == 1) {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<C>(src[i]);
       } else {
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<C>(src[i * stride]);
       }
-    });
+    };
+    // (The dtypes check_param lets through: the input's, or float32 beside a half input.)
+    switch (p.scalar_type()) {
+      case at::kHalf: widen(p.const_data_ptr<c10::Half>()); break;
+      case at::kBFloat16: widen(p.const_data_ptr<c10::BFloat16>()); break;
+      case at::kFloat: widen(p.const_data_ptr<float>()); break;
+      case at::kDouble: widen(p.const_data_ptr<double>()); break;
+      default: TORCH_CHECK(false, "param_values: unexpected parameter dtype");
+    }
     return out;
   };
   return {values(w, widened.data()), values(b, widened.data() + nw)};
