@@ -383,8 +383,24 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels of 1 < HW <= kMaxBatchedRow elements, no
-// activation, 16 channels (rows of HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by
+// dy * act'(z), z = d a + bias, on 16 float lanes (dy itself without an activation).
+template <int K>
+GN_CPU_INLINE __m512 act_grad_z(const gn_act::Params& act, __m512 dy, __m512 d, __m512 a, __m512 bias) {
+  if constexpr (K == gn_act::kNone) {
+    (void)act;
+    (void)d;
+    (void)a;
+    (void)bias;
+    return dy;
+  } else {
+    using V = Vectorized<float>;
+    const V dz = V(dy) * derivative_vector<K>(act, V(_mm512_fmadd_ps(d, a, bias)));
+    return dz;
+  }
+}
+
+// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels of 1 < HW <= kMaxBatchedRow elements (with an
+// activation K: 32 <= HW only), 16 channels (rows of HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by
 // channel, the per-channel sums of a few elements left most of each vector's lanes idle and cost a horizontal
 // reduction per sum per channel: (64, 64, 4, 4) G32 backward 1.6x PyTorch's kernel time, (64, 96, 3, 3) 1.6x; and
 // for channels of a few vectors the three reductions, their conversions to double and the slice's coefficients
@@ -407,9 +423,9 @@ void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz)
 // 84-86 and 512 34 against 29.5-31 lost).
 enum class ShortRows { kOneVector, kTwoVectors, kLong };  // HW <= 16, HW < 32, 32 <= HW <= kMaxBatchedRow
 constexpr int64_t kMaxBatchedRow = 320;
-template <typename T, ShortRows kRows>
+template <typename T, ShortRows kRows, int K = gn_act::kNone>
 void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1, const __m512i* row_of,
-                                float* sm, float* cx, float* c1) {
+                                float* sm, float* cx, float* c1, float* dz_kept = nullptr) {
   static_assert(std::is_same_v<compute_t<T>, float>, "float32 or 16-bit data");
   const int64_t G = p.G, C = p.channels, cpg = C / G, HW = p.HW, D = cpg * HW;
   // The arguments in locals: through p, every store to ds / db made the compiler load them again.
@@ -448,19 +464,33 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     const T* xr = x + (r + i) * HW;
     const T* gr = dy + (r + i) * HW;
     if constexpr (kRows == ShortRows::kLong) {
+      // With an activation, dz = dy act'(z) replaces dy, z = (x - m) a + bias with the row's channel's a and bias.
+      const int64_t ch = channel_of[i];
+      const __m512 va = _mm512_set1_ps(rstd_of[slice_of[i]] * (w ? w[ch] : 1.0f));
+      const __m512 vbias = _mm512_set1_ps(K != gn_act::kNone && p.bias ? p.bias[ch] : 0.0f);
+      // The row's dz are kept for dx (dz_kept: the rows from r0 on, HW floats each).
+      float* const keep = K != gn_act::kNone ? dz_kept + (r + i - r0) * HW : nullptr;
+      auto grad_z = [&](__m512 dyv, __m512 dv, int64_t at, __mmask16 lanes) {
+        const __m512 dz = act_grad_z<K>(p.act, dyv, dv, va, vbias);
+        if constexpr (K != gn_act::kNone) _mm512_mask_storeu_ps(keep + at, lanes, dz);
+        return dz;
+      };
       d = _mm512_sub_ps(load16(xr, 0xffff), m);
-      g = load16(gr, 0xffff);
+      g = grad_z(load16(gr, 0xffff), d, 0, 0xffff);
       gd = _mm512_mul_ps(g, d);
       int64_t j = 16;
       for (; j + 16 <= HW; j += 16) {
-        const __m512 dj = _mm512_sub_ps(load16(xr + j, 0xffff), m), gj = load16(gr + j, 0xffff);
+        const __m512 dj = _mm512_sub_ps(load16(xr + j, 0xffff), m);
+        const __m512 gj = grad_z(load16(gr + j, 0xffff), dj, j, 0xffff);
         gd = _mm512_fmadd_ps(gj, dj, gd);
         g = _mm512_add_ps(g, gj);
         d = _mm512_add_ps(d, dj);
       }
       if (j < HW) {
+        // (lanes past the row: dy = 0 and d = 0, so dz = 0 * act'(bias) = 0 there)
         const __mmask16 tail = first_lanes(HW - j);
-        const __m512 dj = _mm512_maskz_sub_ps(tail, load16(xr + j, tail), m), gj = load16(gr + j, tail);
+        const __m512 dj = _mm512_maskz_sub_ps(tail, load16(xr + j, tail), m);
+        const __m512 gj = grad_z(load16(gr + j, tail), dj, j, tail);
         gd = _mm512_fmadd_ps(gj, dj, gd);
         g = _mm512_add_ps(g, gj);
         d = _mm512_add_ps(d, dj);
@@ -511,19 +541,20 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t s = r / cpg;
       const __m512 m = _mm512_set1_ps(mean[s]), kx = _mm512_set1_ps(cx[s - s0]), k1 = _mm512_set1_ps(c1[s - s0]);
-      const __m512 a = _mm512_set1_ps(rstd_of[s] * (w ? w[(s % G) * cpg + (r - s * cpg)] : 1.0f));
+      const int64_t ch = (s % G) * cpg + (r - s * cpg);
+      const __m512 a = _mm512_set1_ps(rstd_of[s] * (w ? w[ch] : 1.0f));
       const T* xr = x + r * HW;
       const T* gr = dy + r * HW;
       T* dxr = dx + r * HW;
+      const float* const kept = K != gn_act::kNone ? dz_kept + (r - r0) * HW : nullptr;
+      // dz: dy, or the sums pass's kept dz (the derivative is not evaluated twice)
+      auto out = [&](__m512 xv, int64_t at, __mmask16 lanes) {
+        const __m512 dz = K != gn_act::kNone ? _mm512_maskz_loadu_ps(lanes, kept + at) : load16(gr + at, lanes);
+        return _mm512_fmadd_ps(a, dz, _mm512_fmadd_ps(kx, _mm512_sub_ps(xv, m), k1));
+      };
       int64_t j = 0;
-      for (; j + 16 <= HW; j += 16) {
-        const __m512 lin = _mm512_fmadd_ps(kx, _mm512_sub_ps(load16(xr + j, 0xffff), m), k1);
-        store16(dxr + j, 0xffff, _mm512_fmadd_ps(a, load16(gr + j, 0xffff), lin));
-      }
-      if (j < HW) {
-        const __m512 lin = _mm512_fmadd_ps(kx, _mm512_sub_ps(load16(xr + j, tail), m), k1);
-        store16(dxr + j, tail, _mm512_fmadd_ps(a, load16(gr + j, tail), lin));
-      }
+      for (; j + 16 <= HW; j += 16) store16(dxr + j, 0xffff, out(load16(xr + j, 0xffff), j, 0xffff));
+      if (j < HW) store16(dxr + j, tail, out(load16(xr + j, tail), j, tail));
     }
     return;
   }
@@ -813,12 +844,12 @@ void backward_nchw(const BackwardArgs<T>& p) {
     return;
   }
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-  if constexpr (std::is_same_v<compute_t<T>, float> && !kAct) {
-    if (HW > 1 && HW <= kMaxBatchedRow && parts == 1) {
-      // Float32 and 16-bit data without an activation, whole slices of channels up to kMaxBatchedRow long: 16
-      // channels at a time (backward_short_rows_avx512), in chunks of slices of at most 2048 elements (x and dy:
-      // 16 KB in float32) that stay in L1 between the sums and dx. (With an activation, and float64, channels
-      // shorter than a pack go slice by slice below, longer ones through the general path.)
+  if constexpr (std::is_same_v<compute_t<T>, float>) {
+    if (HW > 1 && HW <= kMaxBatchedRow && parts == 1 && (!kAct || HW >= kPackWidth)) {
+      // Float32 and 16-bit data, whole slices of channels up to kMaxBatchedRow long (with an activation, from a
+      // pack long): 16 channels at a time (backward_short_rows_avx512), in chunks of slices of at most 2048
+      // elements (x and dy: 16 KB in float32) that stay in L1 between the sums and dx. (Channels shorter than a
+      // pack with an activation, and float64, go slice by slice below; longer ones through the general path.)
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         __m512i row_of[32];  // lane l of vector k of a block of 16 channels: channel (16 k + l) / HW of the block
@@ -828,18 +859,26 @@ void backward_nchw(const BackwardArgs<T>& p) {
           row_of[k] = _mm512_load_si512(q);
         }
         const int64_t n = std::min(chunk, last - first);
+        // sums of x - m per channel, cx and c1 per slice; with an activation, the chunk's dz (not filled: the sums
+        // pass writes every element dx reads)
         std::vector<float> scratch(static_cast<size_t>(n * cpg + 2 * n));
         float* sm = scratch.data();
+        const std::unique_ptr<float[]> dz_kept(kAct ? new float[static_cast<size_t>(n * D)] : nullptr);
         for (int64_t s = first; s < last; s += chunk) {
           const int64_t e = std::min(last, s + chunk);
           if (HW >= kPackWidth) {
-            backward_short_rows_avx512<T, ShortRows::kLong>(p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n);
-          } else if (HW > 16) {
-            backward_short_rows_avx512<T, ShortRows::kTwoVectors>(p, s, e, row_of, sm, sm + n * cpg,
-                                                                  sm + n * cpg + n);
-          } else {
-            backward_short_rows_avx512<T, ShortRows::kOneVector>(p, s, e, row_of, sm, sm + n * cpg,
-                                                                 sm + n * cpg + n);
+            with_activation_kind<kAct>(p.act, [&](auto kind) {
+              backward_short_rows_avx512<T, ShortRows::kLong, decltype(kind)::value>(
+                  p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n, dz_kept.get());
+            });
+          } else if constexpr (!kAct) {
+            if (HW > 16) {
+              backward_short_rows_avx512<T, ShortRows::kTwoVectors>(p, s, e, row_of, sm, sm + n * cpg,
+                                                                    sm + n * cpg + n);
+            } else {
+              backward_short_rows_avx512<T, ShortRows::kOneVector>(p, s, e, row_of, sm, sm + n * cpg,
+                                                                   sm + n * cpg + n);
+            }
           }
         }
       });
