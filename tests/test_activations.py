@@ -175,14 +175,16 @@ def test_backward_low_precision(name, params, module, dtype, device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name, params, module", ACTIVATIONS, ids=IDS)
 def test_backward_channels_of_a_few_vectors(name, params, module, dtype, num_threads):
-    """CPU: NCHW channels of 32-320 elements, which the AVX-512 backward takes 16 channels at a time, dz = dy *
-    act'(z) formed per lane with the row's channel's scale and bias and kept for grad_input: 48 elements (one
-    channel a group), 50 (10 channels a group, a partial last vector) and 320 (the longest), on 1 and 3 threads."""
+    """CPU: NCHW channels of 2-320 elements, which the AVX-512 backward takes 16 channels at a time, dz = dy *
+    act'(z) formed per lane with the row's channel's scale and bias and kept for grad_input: 2 elements (16
+    channels a vector), 16 (one vector each), 17 (two), 48 (one channel a group), 50 (10 channels a group, a partial
+    last vector) and 320 (the longest), on 1 and 3 threads."""
     tol = {torch.float32: 1e-4, torch.bfloat16: 6e-2, torch.float16: 1e-2}[dtype]
     before = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
-        for shape, groups in (((17, 32, 48), 32), ((2, 40, 2, 5, 5), 4), ((3, 8, 320), 4)):
+        for shape, groups in (((21, 8, 2), 4), ((9, 48, 4, 4), 16), ((7, 10, 17), 5), ((17, 32, 48), 32),
+                              ((2, 40, 2, 5, 5), 4), ((3, 8, 320), 4)):
             x = _input(shape, dtype, torch.contiguous_format, "cpu", requires_grad=True)
             w, b = _params(shape[1], dtype, "cpu", requires_grad=True)
             grad = torch.randn(shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)

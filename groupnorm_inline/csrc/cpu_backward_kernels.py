@@ -399,28 +399,31 @@ GN_CPU_INLINE __m512 act_grad_z(const gn_act::Params& act, __m512 dy, __m512 d, 
   }
 }
 
-// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels of 1 < HW <= kMaxBatchedRow elements (with an
-// activation K: 32 <= HW only), 16 channels (rows of HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by
-// channel, the per-channel sums of a few elements left most of each vector's lanes idle and cost a horizontal
-// reduction per sum per channel: (64, 64, 4, 4) G32 backward 1.6x PyTorch's kernel time, (64, 96, 3, 3) 1.6x; and
-// for channels of a few vectors the three reductions, their conversions to double and the slice's coefficients
-// still outweighed the channel's own loads: (16, 32, 48) G32 1.7-1.9x, (160, 32, 48) 2.0x, (2, 320, 2, 5, 5) G32
-// 1.5x (bfloat16 1.9x), operator against operator, 2-core AVX-512 machine. Here:
+// Slices [s0, s1) of NCHW float32 / bfloat16 / float16 channels of 1 < HW <= kMaxBatchedRow elements, 16
+// channels (rows of HW elements: global row r = n * C + c = s * cpg + cl) at a time. Channel by channel, the
+// per-channel sums of a few elements left most of each vector's lanes idle and cost a horizontal reduction per sum
+// per channel: (64, 64, 4, 4) G32 backward 1.6x PyTorch's kernel time, (64, 96, 3, 3) 1.6x; and for channels of a
+// few vectors the three reductions, their conversions to double and the slice's coefficients still outweighed the
+// channel's own loads: (16, 32, 48) G32 1.7-1.9x, (160, 32, 48) 2.0x, (2, 320, 2, 5, 5) G32 1.5x (bfloat16 1.9x),
+// operator against operator, 2-core AVX-512 machine. Here:
 //   sums  each channel's HW elements are one masked load (two for HW > 16; for longer rows, whole vectors then a
 //         masked one, summed in the channel's lanes) of x and of dy, d = x - m and dy * d formed in its lanes, and
 //         the three sums of 16 channels come out of one shuffle tree each (fold_pair, fold_eight), 16 at a time
 //         into ds / db. (Gathering element j of 16 channels per step instead: 1.57x PyTorch's time at
-//         (64, 64, 4, 4), the gathers' loads the bound.)
+//         (64, 64, 4, 4), the gathers' loads the bound.) With an activation K, dz = dy act'(z) takes dy's place,
+//         formed per lane with the row's channel's scale and bias and kept in dz_kept (the rows from r0 on, laid
+//         out as the data) for dx: channel by channel, (16, 32, 48) G32 float32 backward with SiLU, tanh, sigmoid
+//         or ReLU took 1.1-1.5x PyTorch's activation backward then GroupNorm backward.
 //   coefficients  per slice, in double (coefficients_of_sums, as backward_short_slice).
 //   dx    rows shorter than 32: the 16 channels' 16 * HW elements are contiguous: each vector of them takes its
 //         lanes' per-channel constants from 16-entry tables by one permute each (row_of: lane l of vector k is in
 //         channel (16 k + l) / HW of the block, tabled once per task). Longer rows: row by row, the constants
 //         broadcast.
 // sm: s1 * cpg - s0 * cpg floats of scratch; cx, c1: s1 - s0 floats each.
-// Longer rows go the general way: its per-channel reductions matter less there, and its loop keeps more sums in
-// flight than one chain per row (operator alone, builds alternated, 2 threads: float32 rows of 128 13-17.5 us
-// against 17.3-17.5, 256 29-37 against 36-38, bfloat16 320 35.5-37 against 48-64; float32 400 84-94 against
-// 84-86 and 512 34 against 29.5-31 lost).
+// Rows longer than kMaxBatchedRow go the general way: its per-channel reductions matter less there, and its loop
+// keeps more sums in flight than one chain per row (operator alone, builds alternated, 2 threads: float32 rows of
+// 128 13-17.5 us against 17.3-17.5, 256 29-37 against 36-38, bfloat16 320 35.5-37 against 48-64; float32 400
+// 84-94 against 84-86 and 512 34 against 29.5-31 lost).
 enum class ShortRows { kOneVector, kTwoVectors, kLong };  // HW <= 16, HW < 32, 32 <= HW <= kMaxBatchedRow
 constexpr int64_t kMaxBatchedRow = 320;
 template <typename T, ShortRows kRows, int K = gn_act::kNone>
@@ -463,18 +466,19 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     const __m512 m = _mm512_set1_ps(mean[slice_of[i]]);
     const T* xr = x + (r + i) * HW;
     const T* gr = dy + (r + i) * HW;
+    // With an activation, dz = dy act'(z) replaces dy, z = (x - m) a + bias with the row's channel's a and bias;
+    // the row's dz are kept for dx (dz_kept: the rows from r0 on, HW floats each, laid out as the data).
+    // (Lanes past the row: dy = 0 and d = 0, so dz = 0 * act'(bias) = 0 there.)
+    const int64_t ch = channel_of[i];
+    const __m512 va = _mm512_set1_ps(K != gn_act::kNone ? rstd_of[slice_of[i]] * (w ? w[ch] : 1.0f) : 0.0f);
+    const __m512 vbias = _mm512_set1_ps(K != gn_act::kNone && p.bias ? p.bias[ch] : 0.0f);
+    float* const keep = K != gn_act::kNone ? dz_kept + (r + i - r0) * HW : nullptr;
+    auto grad_z = [&](__m512 dyv, __m512 dv, int64_t at, __mmask16 lanes) {
+      const __m512 dz = act_grad_z<K>(p.act, dyv, dv, va, vbias);
+      if constexpr (K != gn_act::kNone) _mm512_mask_storeu_ps(keep + at, lanes, dz);
+      return dz;
+    };
     if constexpr (kRows == ShortRows::kLong) {
-      // With an activation, dz = dy act'(z) replaces dy, z = (x - m) a + bias with the row's channel's a and bias.
-      const int64_t ch = channel_of[i];
-      const __m512 va = _mm512_set1_ps(rstd_of[slice_of[i]] * (w ? w[ch] : 1.0f));
-      const __m512 vbias = _mm512_set1_ps(K != gn_act::kNone && p.bias ? p.bias[ch] : 0.0f);
-      // The row's dz are kept for dx (dz_kept: the rows from r0 on, HW floats each).
-      float* const keep = K != gn_act::kNone ? dz_kept + (r + i - r0) * HW : nullptr;
-      auto grad_z = [&](__m512 dyv, __m512 dv, int64_t at, __mmask16 lanes) {
-        const __m512 dz = act_grad_z<K>(p.act, dyv, dv, va, vbias);
-        if constexpr (K != gn_act::kNone) _mm512_mask_storeu_ps(keep + at, lanes, dz);
-        return dz;
-      };
       d = _mm512_sub_ps(load16(xr, 0xffff), m);
       g = grad_z(load16(gr, 0xffff), d, 0, 0xffff);
       gd = _mm512_mul_ps(g, d);
@@ -487,7 +491,6 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
         d = _mm512_add_ps(d, dj);
       }
       if (j < HW) {
-        // (lanes past the row: dy = 0 and d = 0, so dz = 0 * act'(bias) = 0 there)
         const __mmask16 tail = first_lanes(HW - j);
         const __m512 dj = _mm512_maskz_sub_ps(tail, load16(xr + j, tail), m);
         const __m512 gj = grad_z(load16(gr + j, tail), dj, j, tail);
@@ -498,11 +501,11 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
       return;
     }
     d = _mm512_maskz_sub_ps(first_mask, load16(xr, first_mask), m);
-    g = load16(gr, first_mask);
+    g = grad_z(load16(gr, first_mask), d, 0, first_mask);
     gd = _mm512_mul_ps(g, d);
     if constexpr (kRows == ShortRows::kTwoVectors) {
       const __m512 d2 = _mm512_maskz_sub_ps(second_mask, load16(xr + 16, second_mask), m);
-      const __m512 g2 = load16(gr + 16, second_mask);
+      const __m512 g2 = grad_z(load16(gr + 16, second_mask), d2, 16, second_mask);
       gd = _mm512_fmadd_ps(g2, d2, gd);
       g = _mm512_add_ps(g, g2);
       d = _mm512_add_ps(d, d2);
@@ -578,7 +581,9 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
     for (int64_t k = 0; 16 * k < elements; ++k) {
       const __mmask16 mask = first_lanes(elements - 16 * k);
       const __m512i q = row_of[k];
-      const __m512 xv = load16(xb + 16 * k, mask), g = load16(gb + 16 * k, mask);
+      const __m512 xv = load16(xb + 16 * k, mask);
+      const __m512 g = K != gn_act::kNone ? _mm512_maskz_loadu_ps(mask, dz_kept + (r - r0) * HW + 16 * k)
+                                          : load16(gb + 16 * k, mask);
       const __m512 lin = _mm512_fmadd_ps(_mm512_permutexvar_ps(q, kx),
                                          _mm512_sub_ps(xv, _mm512_permutexvar_ps(q, m)), _mm512_permutexvar_ps(q, k1));
       store16(dxb + 16 * k, mask, _mm512_fmadd_ps(_mm512_permutexvar_ps(q, a), g, lin));
@@ -845,11 +850,10 @@ void backward_nchw(const BackwardArgs<T>& p) {
   }
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
   if constexpr (std::is_same_v<compute_t<T>, float>) {
-    if (HW > 1 && HW <= kMaxBatchedRow && parts == 1 && (!kAct || HW >= kPackWidth)) {
-      // Float32 and 16-bit data, whole slices of channels up to kMaxBatchedRow long (with an activation, from a
-      // pack long): 16 channels at a time (backward_short_rows_avx512), in chunks of slices of at most 2048
-      // elements (x and dy: 16 KB in float32) that stay in L1 between the sums and dx. (Channels shorter than a
-      // pack with an activation, and float64, go slice by slice below; longer ones through the general path.)
+    if (HW > 1 && HW <= kMaxBatchedRow && parts == 1) {
+      // Float32 and 16-bit data, whole slices of channels up to kMaxBatchedRow long: 16 channels at a time
+      // (backward_short_rows_avx512), in chunks of slices of at most 2048 elements (x and dy: 16 KB in float32)
+      // that stay in L1 between the sums and dx. (float64 goes slice by slice below, or the general path.)
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         __m512i row_of[32];  // lane l of vector k of a block of 16 channels: channel (16 k + l) / HW of the block
@@ -866,20 +870,18 @@ void backward_nchw(const BackwardArgs<T>& p) {
         const std::unique_ptr<float[]> dz_kept(kAct ? new float[static_cast<size_t>(n * D)] : nullptr);
         for (int64_t s = first; s < last; s += chunk) {
           const int64_t e = std::min(last, s + chunk);
-          if (HW >= kPackWidth) {
-            with_activation_kind<kAct>(p.act, [&](auto kind) {
-              backward_short_rows_avx512<T, ShortRows::kLong, decltype(kind)::value>(
-                  p, s, e, row_of, sm, sm + n * cpg, sm + n * cpg + n, dz_kept.get());
-            });
-          } else if constexpr (!kAct) {
-            if (HW > 16) {
-              backward_short_rows_avx512<T, ShortRows::kTwoVectors>(p, s, e, row_of, sm, sm + n * cpg,
-                                                                    sm + n * cpg + n);
+          with_activation_kind<kAct>(p.act, [&](auto kind) {
+            constexpr int K = decltype(kind)::value;
+            float* const cx = sm + n * cpg;
+            float* const c1 = cx + n;
+            if (HW >= kPackWidth) {
+              backward_short_rows_avx512<T, ShortRows::kLong, K>(p, s, e, row_of, sm, cx, c1, dz_kept.get());
+            } else if (HW > 16) {
+              backward_short_rows_avx512<T, ShortRows::kTwoVectors, K>(p, s, e, row_of, sm, cx, c1, dz_kept.get());
             } else {
-              backward_short_rows_avx512<T, ShortRows::kOneVector>(p, s, e, row_of, sm, sm + n * cpg,
-                                                                   sm + n * cpg + n);
+              backward_short_rows_avx512<T, ShortRows::kOneVector, K>(p, s, e, row_of, sm, cx, c1, dz_kept.get());
             }
-          }
+          });
         }
       });
       return;
