@@ -412,8 +412,10 @@ GN_CPU_INLINE __m512 act_grad_z(const gn_act::Params& act, __m512 dy, __m512 d, 
 //         into ds / db. (Gathering element j of 16 channels per step instead: 1.57x PyTorch's time at
 //         (64, 64, 4, 4), the gathers' loads the bound.) With an activation K, dz = dy act'(z) takes dy's place,
 //         formed per lane with the row's channel's scale and bias and kept in dz_kept (the rows from r0 on, laid
-//         out as the data) for dx: channel by channel, (16, 32, 48) G32 float32 backward with SiLU, tanh, sigmoid
-//         or ReLU took 1.1-1.5x PyTorch's activation backward then GroupNorm backward.
+//         out as the data) for dx. Channel by channel (slice by slice below 32 elements), (16, 32, 48) G32 float32
+//         backward with SiLU, tanh, sigmoid or ReLU took 0.96-1.12x PyTorch's activation backward then GroupNorm
+//         backward, (64, 64, 4, 4) with SiLU 1.03-1.05x; this way 0.62-0.86x and 0.79-0.80x (Xeon host of an H200
+//         machine, 2 threads, builds alternated).
 //   coefficients  per slice, in double (coefficients_of_sums, as backward_short_slice).
 //   dx    rows shorter than 32: the 16 channels' 16 * HW elements are contiguous: each vector of them takes its
 //         lanes' per-channel constants from 16-entry tables by one permute each (row_of: lane l of vector k is in
