@@ -345,10 +345,10 @@ void short_channels_grad_z(const T* xs, const T* dys, int64_t b, int64_t e, int6
 
 // Both passes over NCHW slice s of channels shorter than a pack (1 < HW < kWidth), whole (one task per slice), as
 // straight-line code: the channels' sums (short_channel_sums) go straight into the ds / db outputs, the group's
-// coefficients follow, then dx. dz: D elements of scratch with an activation (its dz computed first, once).
-// Taken by float64 data and builds without AVX-512; float32 and 16-bit data on AVX-512 take
-// backward_short_rows_avx512. Through the general per-item steps (a ChannelSums slot per channel, per-part lambdas, an integer division per
-// channel) the per-slice overhead dominated: (64, 64, 4, 4) and (64, 96, 3, 3) G32 float32 backward ~2x PyTorch's.
+// coefficients follow, then dx. dz: D elements of scratch with an activation (its dz computed first, once). Taken by
+// float64 data and builds without AVX-512; float32 and 16-bit data on AVX-512 take backward_short_rows_avx512. Through
+// the general per-item steps (a ChannelSums slot per channel, per-part lambdas, an integer division per channel) the
+// per-slice overhead dominated: (64, 64, 4, 4) and (64, 96, 3, 3) G32 float32 backward ~2x PyTorch's.
 template <typename T, bool kAct>
 void backward_short_slice(const BackwardArgs<T>& p, int64_t s, compute_t<T>* dz) {
   using C = compute_t<T>;
@@ -610,11 +610,11 @@ void backward_nchw(const BackwardArgs<T>& p) {
   std::vector<ChannelSums> sums;
   std::vector<GroupCoefficients> coefs;
   // Channels shorter than a pack with an activation, in slices cut into parts (whole slices take
-  // backward_short_rows_avx512, or backward_short_slice): dz = dy * act'(z) for a run [b, e) of the item is computed into buf first
-  // (short_channels_grad_z), in each pass; the channel sums and dx then read dz from buf. Element by element
-  // through libm (channel_sums' short case), (16, 256, 2, 2) G32 float32 + tanh forward + backward took 2.5x
-  // PyTorch's time, + Mish 3.1x, + ReLU 1.0-1.1x. Runs of at most kShortRun elements (8 KB of dz in float32, on
-  // the stack of the task).
+  // backward_short_rows_avx512, or backward_short_slice): dz = dy * act'(z) for a run [b, e) of the item is computed
+  // into buf first (short_channels_grad_z), in each pass; the channel sums and dx then read dz from buf. Element by
+  // element through libm (channel_sums' short case), (16, 256, 2, 2) G32 float32 + tanh forward + backward took 2.5x
+  // PyTorch's time, + Mish 3.1x, + ReLU 1.0-1.1x. Runs of at most kShortRun elements (8 KB of dz in float32, on the
+  // stack of the task).
   constexpr int64_t kPackWidth = Pack<T>::kWidth;
   constexpr int64_t kShortRun = 64 * kPackWidth;
   static_assert(Pack<C>::kWidth == kPackWidth, "dz packs and data packs hold the same elements");
