@@ -5,6 +5,8 @@ Each row is "N,C,H,W:groups:dtype:mode" (any rank from 2 up; dtype fp32, bf16, f
     silu    forward + SiLU (ours fused, PyTorch's GroupNorm then SiLU); clsilu: channels-last
     bwd     backward alone (autograd.grad of input, weight, bias through a saved graph); clbwd: channels-last
     fb      forward + backward;                 clfb: channels-last
+    MODE+ACT  bwd, clbwd, fb or clfb with a fused activation (e.g. bwd+tanh): ours fused against PyTorch's
+            GroupNorm then the activation (functional.py's name for it)
 Prints the median time of each over --reps calls (ours, PyTorch, ours, PyTorch, ... after 5 warm-up calls each)
 and their ratio (ours / PyTorch: < 1, ours faster). The alternation is what makes a ratio meaningful on a noisy
 machine: a burst of load slows both. Random problems (random_rows.py) call each provider once per round, so at
@@ -30,16 +32,23 @@ import groupnorm_inline  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 MODES = ("fwd", "cl", "silu", "clsilu", "bwd", "clbwd", "fb", "clfb")
+ACT_MODES = ("bwd", "clbwd", "fb", "clfb")
+# PyTorch's own activation after its GroupNorm, by the package's names
+TORCH_ACTS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
+              "leaky_relu": F.leaky_relu, "mish": F.mish, "hardswish": F.hardswish, "hardtanh": F.hardtanh,
+              "sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
 
 def parse_row(row: str):
     shape, groups, dtype, mode = row.split(":")
-    if mode not in MODES:
-        raise SystemExit(f"unknown mode {mode!r} in {row!r} (one of {', '.join(MODES)})")
-    return tuple(int(s) for s in shape.split(",")), int(groups), DTYPES[dtype], mode
+    mode, _, act = mode.partition("+")
+    if mode not in MODES or (act and mode not in ACT_MODES):
+        raise SystemExit(f"unknown mode {mode!r} in {row!r} (one of {', '.join(MODES)}; an activation only with "
+                         f"{', '.join(ACT_MODES)})")
+    return tuple(int(s) for s in shape.split(",")), int(groups), DTYPES[dtype], mode, act or None
 
 
-def make_calls(shape, groups, dtype, mode):
+def make_calls(shape, groups, dtype, mode, act=None):
     """(ours, PyTorch's): two argument-less callables doing the same work."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
@@ -59,13 +68,19 @@ def make_calls(shape, groups, dtype, mode):
     dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).contiguous(
         memory_format=torch.channels_last if mode.startswith("cl") and len(shape) == 4
         else torch.channels_last_3d if mode.startswith("cl") else torch.contiguous_format)
+    def ours_fwd():
+        return groupnorm_inline.group_norm(xr, groups, wr, br, activation=act)
+
+    def ref_fwd():
+        y = F.group_norm(xr, groups, wr, br)
+        return TORCH_ACTS[act](y) if act else y
+
     if kind == "bwd":
-        y_ours = groupnorm_inline.group_norm(xr, groups, wr, br)
-        y_ref = F.group_norm(xr, groups, wr, br)
+        y_ours, y_ref = ours_fwd(), ref_fwd()
         return (lambda: torch.autograd.grad(y_ours, (xr, wr, br), dy, retain_graph=True),
                 lambda: torch.autograd.grad(y_ref, (xr, wr, br), dy, retain_graph=True))
-    return (lambda: torch.autograd.grad(groupnorm_inline.group_norm(xr, groups, wr, br), (xr, wr, br), dy),
-            lambda: torch.autograd.grad(F.group_norm(xr, groups, wr, br), (xr, wr, br), dy))
+    return (lambda: torch.autograd.grad(ours_fwd(), (xr, wr, br), dy),
+            lambda: torch.autograd.grad(ref_fwd(), (xr, wr, br), dy))
 
 
 def main() -> None:

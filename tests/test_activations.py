@@ -236,6 +236,28 @@ def test_gradcheck_and_double_backward(name, params, module):
         assert torch.autograd.gradgradcheck(fn, (x, w, b))
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("name", ["sigmoid", "tanh"])
+def test_cpu_derivative_from_saved_output(name, channels_last):
+    """CPU: sigmoid and tanh take their derivative from the saved output (y (1 - y), 1 - y^2, as PyTorch's own
+    autograd does) and run the plain GroupNorm backward on dz. Gradients against PyTorch's GroupNorm then the
+    activation in float64 (gradcheck, double backward), and the saved output guarded as PyTorch guards it: changed
+    in place before the backward, the backward raises PyTorch's error instead of using the changed values."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = _input((2, 6, 3, 3), torch.float64, fmt, "cpu", requires_grad=True)
+    w, b = _params(6, torch.float64, "cpu", requires_grad=True)
+
+    def fn(x, w, b):
+        return group_norm(x, 3, w, b, 1e-5, activation=name)
+    assert torch.autograd.gradcheck(fn, (x, w, b))
+    assert torch.autograd.gradgradcheck(fn, (x, w, b))
+
+    out = fn(x, w, b)
+    out.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out.sum(), (x, w, b))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("activation", [nn.SiLU(), nn.LeakyReLU(0.3), nn.GELU(approximate="tanh"), nn.ReLU6(),
                                         nn.Hardtanh(-2.0, 3.0)], ids=repr)

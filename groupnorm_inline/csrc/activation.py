@@ -20,7 +20,9 @@ epilogue functor as a template parameter:
 parameters, PyTorch references). Formulas and derivatives follow PyTorch's own kernels, including where the
 derivative at a kink is taken (relu: 0 at z <= 0; hardtanh: 0 at z <= min or z >= max; hardswish: the
 (z / 3 + 1/2) branch on [-3, 3]). The backward kernels recompute z from the saved statistics and the affine
-parameters, then multiply the incoming gradient by `derivative(z)`: nothing extra is saved for the backward.
+parameters, then multiply the incoming gradient by `derivative(z)`: nothing extra is saved for the backward
+(except on the CPU for sigmoid and tanh, whose autograd takes the derivative from the saved output as PyTorch's
+does: group_norm_autograd.py).
 """
 
 ACTIVATION_HEADER = r"""
