@@ -254,6 +254,31 @@ def test_backward_of_many_short_channels(shape, groups, dtype, affine, num_threa
         check_parameter_grads_alone(x, groups, w, b, what)
 
 
+# Channels-last samples of at most 64 rows, groups of >= 8 channels: float32 without an activation takes the
+# group-by-group AVX-512 kernel (backward_group_rows_f32); other dtypes the general path. Pairs of 8-channel groups
+# (with an odd group left over), one to four vectors a group with a partial last one, groups of several blocks
+# (100 and 130 channels), one row, 64 rows, and a large mean.
+GROUP_KERNEL_SHAPES = [((3, 1280, 2, 2), 32), ((2, 48, 3, 5), 6), ((2, 16, 4, 4), 2), ((2, 200, 3, 3), 2),
+                       ((2, 520, 2, 3), 4), ((4, 72, 8, 8), 3), ((2, 144, 1, 1), 9), ((5, 36, 3, 3), 3),
+                       ((2, 64, 2, 2, 2), 2)]
+
+
+@pytest.mark.parametrize("num_threads", [1, 3])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "no affine"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, groups", GROUP_KERNEL_SHAPES, ids=str)
+def test_channels_last_backward_of_few_rows(shape, groups, dtype, affine, num_threads, threads, poisoned_outputs):
+    threads(num_threads)
+    fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    for mean, std in ((0.5, 2.0), (1e4, 1.0)):
+        x = _input(shape, dtype, fmt, mean=mean, std=std, seed=5)
+        w, b = _params(shape[1], dtype, affine)
+        what = f"{shape} G={groups} {dtype} mean {mean} {num_threads} threads"
+        check_backward_cpu(x, groups, w, b, "none", what)
+        if affine:
+            check_parameter_grads_alone(x, groups, w, b, what)
+
+
 def check_parameter_grads_alone(x, groups, w, b, what):
     """Gradients of weight and bias when x needs none (the backward skips its grad_input pass) against float64."""
     gen = torch.Generator().manual_seed(3)

@@ -1283,6 +1283,259 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
   });
 }
 
+// Channels-last float32 backward without an activation, samples of few rows (backward_group_rows_f32): group by
+// group, as ATen's kernel walks them, in AVX-512 registers. The general path (per-channel constant vectors, sums
+// folded into double per channel, coefficients, dx by rows) and backward_group_rows (32-lane packs, half idle at
+// 40 channels a group; its per-channel double sums written and read back) spent more on each group's bookkeeping
+// than on its data at a few rows: operator against ATen's, one thread, 2-core AVX-512 machine, us: (32,1280,4,4)
+// G32 168-180 -> 117-119 (ATen 118), (32,1280,2,2) 69-72 -> 58 (47), (32,256,4,4) 47-50 -> 35-36 (37),
+// (32,256,3,3) 34 -> 25 (23), (64,512,2,2) 70 -> 58 (51), (8,4096,6,6) 440-470 -> 242-263 (1070-1170). Taken
+// for rows <= kGroupRowsMaxRows and groups of >= 8 channels: at 144 and 256 rows the group's rows, strided a
+// sample row apart, lost to the general path's row-order walk ((8,640,12,12) 121 -> 148 us, (4,320,16,16) 57 ->
+// 70 at 2 threads), and groups of 4 channels, a quarter of each vector, came out even ((32,128,3,2)).
+inline bool use_group_kernel_f32(int64_t cpg, int64_t HW) {
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
+  return cpg >= 8 && HW <= kGroupRowsMaxRows;
+#else
+  (void)cpg;
+  (void)HW;
+  return false;
+#endif
+}
+
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
+// Channels [c, c + 16) of a group ending at c_end, as a lane mask.
+GN_CPU_INLINE __mmask16 lanes_mask(int64_t c, int64_t c_end) {
+  const int64_t cnt = c_end - c;
+  return cnt >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cnt) - 1u);
+}
+
+// The two halves of 16 float lanes as 8 doubles each.
+GN_CPU_INLINE __m512d low_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+GN_CPU_INLINE __m512d high_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// A block of NV vectors (channels [c, c + 16 NV) of a group ending at c_end; NV <= kGroupVectors) down the
+// sample's HW rows (`channels` apart): per lane sd = sum dy (x - m), sb = sum dy, and sm = sum (x - m) over all
+// lanes, in float (at most kGroupRowsMaxRows terms a lane). Lanes past c_end read as 0 and stay 0.
+constexpr int kGroupVectors = 4;
+template <int NV>
+GN_CPU_INLINE void group_block_sums(const float* x, const float* dy, int64_t channels, int64_t HW, int64_t c,
+                                    int64_t c_end, __m512 vm, __m512* sd, __m512* sb, __m512& sm) {
+  __mmask16 mask[NV];
+  __m512 smv[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; ++j) {
+    mask[j] = lanes_mask(c + 16 * j, c_end);
+    sd[j] = sb[j] = smv[j] = _mm512_setzero_ps();
+  }
+  for (int64_t r = 0; r < HW; ++r) {
+    const float* xr = x + r * channels + c;
+    const float* gr = dy + r * channels + c;
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      const __m512 d = _mm512_maskz_sub_ps(mask[j], _mm512_maskz_loadu_ps(mask[j], xr + 16 * j), vm);
+      const __m512 g = _mm512_maskz_loadu_ps(mask[j], gr + 16 * j);
+      sd[j] = _mm512_fmadd_ps(g, d, sd[j]);
+      sb[j] = _mm512_add_ps(sb[j], g);
+      smv[j] = _mm512_add_ps(smv[j], d);
+    }
+  }
+  sm = smv[0];
+#pragma GCC unroll 4
+  for (int j = 1; j < NV; ++j) sm = _mm512_add_ps(sm, smv[j]);
+}
+
+// dx = a dy + cx (x - m) + c1 for the same block, a = rstd w[c].
+template <int NV>
+GN_CPU_INLINE void group_block_dx(const float* x, const float* dy, float* dx, int64_t channels, int64_t HW,
+                                  int64_t c, int64_t c_end, __m512 vm, __m512 vr, const float* w, __m512 vcx,
+                                  __m512 vc1) {
+  __mmask16 mask[NV];
+  __m512 va[NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; ++j) {
+    mask[j] = lanes_mask(c + 16 * j, c_end);
+    va[j] = w != nullptr ? _mm512_mul_ps(vr, _mm512_maskz_loadu_ps(mask[j], w + c + 16 * j)) : vr;
+  }
+  for (int64_t r = 0; r < HW; ++r) {
+    const int64_t row = r * channels + c;
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask[j], x + row + 16 * j), vm);
+      const __m512 g = _mm512_maskz_loadu_ps(mask[j], dy + row + 16 * j);
+      _mm512_mask_storeu_ps(dx + row + 16 * j, mask[j], _mm512_fmadd_ps(va[j], g, _mm512_fmadd_ps(vcx, d, vc1)));
+    }
+  }
+}
+
+// A block's per-channel sums into the double rows ds / db (raw when delta is not known yet: delta = 0 and rd = 1,
+// else final: (sd - delta sb) rd), and w sd, w sb added into the group's double accumulators.
+template <int NV>
+GN_CPU_INLINE void group_block_out(const __m512* sd, const __m512* sb, int64_t c, int64_t c_end, double delta,
+                                   double rd, const double* wd, double* ds, double* db, __m512d& s_acc,
+                                   __m512d& b_acc) {
+  const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; ++j) {
+    const int64_t cj = c + 16 * j;
+    const __mmask16 mask = lanes_mask(cj, c_end);
+    const __mmask8 half[2] = {static_cast<__mmask8>(mask & 0xFF), static_cast<__mmask8>(mask >> 8)};
+    const __m512d d_pd[2] = {low_pd(sd[j]), high_pd(sd[j])}, b_pd[2] = {low_pd(sb[j]), high_pd(sb[j])};
+    for (int h = 0; h < 2; ++h) {
+      _mm512_mask_storeu_pd(ds + cj + 8 * h, half[h], _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b_pd[h], d_pd[h]), vrd));
+      _mm512_mask_storeu_pd(db + cj + 8 * h, half[h], b_pd[h]);
+      const __m512d w = _mm512_maskz_loadu_pd(half[h], wd + cj + 8 * h);
+      s_acc = _mm512_fmadd_pd(w, d_pd[h], s_acc);
+      b_acc = _mm512_fmadd_pd(w, b_pd[h], b_acc);
+    }
+  }
+}
+
+// The group's coefficients: dx = a dy + cx (x - m) + c1 with cx = -r^3 S / D, c1 = -r B / D - cx delta.
+GN_CPU_INLINE void group_coefficients_f32(double S, double B, double delta, double rd, double inv_d, float& cx,
+                                          float& c1) {
+  const double coef_x = -rd * rd * rd * (S - delta * B) * inv_d;
+  cx = static_cast<float>(coef_x);
+  c1 = static_cast<float>(-rd * B * inv_d - coef_x * delta);
+}
+
+// One group of at most kGroupVectors vectors: its sums stay in registers until delta is known, and ds / db are
+// written once, final (written raw and read back to be shifted, the masked stores stalled the loads after them:
+// a tenth of the kernel at (32,1280,2,2)).
+template <int NV>
+GN_CPU_INLINE void group_one_block(const BackwardArgs<float>& p, const float* x, const float* dy, float* dx,
+                                   int64_t c0, int64_t c_end, float m, float r, double inv_d, const double* wd,
+                                   double* ds_row, double* db_row) {
+  const __m512 vm = _mm512_set1_ps(m), vr = _mm512_set1_ps(r);
+  __m512 sd[NV], sb[NV], sm;
+  group_block_sums<NV>(x, dy, p.channels, p.HW, c0, c_end, vm, sd, sb, sm);
+  const double rd = static_cast<double>(r), delta = static_cast<double>(_mm512_reduce_add_ps(sm)) * inv_d;
+  __m512d s_acc = _mm512_setzero_pd(), b_acc = _mm512_setzero_pd();
+  group_block_out<NV>(sd, sb, c0, c_end, delta, rd, wd, ds_row, db_row, s_acc, b_acc);
+  if (dx == nullptr) return;
+  float cx, c1;
+  group_coefficients_f32(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d, cx, c1);
+  group_block_dx<NV>(x, dy, dx, p.channels, p.HW, c0, c_end, vm, vr, p.w, _mm512_set1_ps(cx), _mm512_set1_ps(c1));
+}
+
+// Two groups of 8 channels as one vector (lanes 0-7 group g, 8-15 group g + 1): the halves reduce apart (their
+// double conversions are per half anyway). One group a vector left half of every lane idle: (32,256,4,4) 53 us
+// against ATen's 37; paired, 35.5.
+GN_CPU_INLINE void group_pair(const BackwardArgs<float>& p, const float* x, const float* dy, float* dx, int64_t c0,
+                              const float* mean, const float* rstd, double inv_d, const double* wd, double* ds_row,
+                              double* db_row) {
+  const int64_t channels = p.channels, HW = p.HW;
+  constexpr __mmask16 kHigh = 0xFF00;
+  const __m512 vm = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(mean[0]), _mm512_set1_ps(mean[1]));
+  const __m512 vr = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(rstd[0]), _mm512_set1_ps(rstd[1]));
+  __m512 sd = _mm512_setzero_ps(), sb = sd, sm = sd;
+  for (int64_t r = 0; r < HW; ++r) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + r * channels + c0), vm);
+    const __m512 g = _mm512_loadu_ps(dy + r * channels + c0);
+    sd = _mm512_fmadd_ps(g, d, sd);
+    sb = _mm512_add_ps(sb, g);
+    sm = _mm512_add_ps(sm, d);
+  }
+  const __m512d sd_h[2] = {low_pd(sd), high_pd(sd)}, sb_h[2] = {low_pd(sb), high_pd(sb)};
+  const __m512d sm_h[2] = {low_pd(sm), high_pd(sm)};
+  float cx[2], c1[2];
+  for (int h = 0; h < 2; ++h) {
+    const int64_t c = c0 + 8 * h;
+    const double rd = static_cast<double>(rstd[h]), delta = _mm512_reduce_add_pd(sm_h[h]) * inv_d;
+    _mm512_storeu_pd(ds_row + c, _mm512_mul_pd(_mm512_fnmadd_pd(_mm512_set1_pd(delta), sb_h[h], sd_h[h]),
+                                               _mm512_set1_pd(rd)));
+    _mm512_storeu_pd(db_row + c, sb_h[h]);
+    const __m512d w = _mm512_loadu_pd(wd + c);
+    group_coefficients_f32(_mm512_reduce_add_pd(_mm512_mul_pd(w, sd_h[h])),
+                           _mm512_reduce_add_pd(_mm512_mul_pd(w, sb_h[h])), delta, rd, inv_d, cx[h], c1[h]);
+  }
+  if (dx == nullptr) return;
+  const __m512 vcx = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(cx[0]), _mm512_set1_ps(cx[1]));
+  const __m512 vc1 = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(c1[0]), _mm512_set1_ps(c1[1]));
+  const __m512 va = p.w != nullptr ? _mm512_mul_ps(vr, _mm512_loadu_ps(p.w + c0)) : vr;
+  for (int64_t r = 0; r < HW; ++r) {
+    const int64_t row = r * channels + c0;
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + row), vm);
+    _mm512_storeu_ps(dx + row, _mm512_fmadd_ps(va, _mm512_loadu_ps(dy + row), _mm512_fmadd_ps(vcx, d, vc1)));
+  }
+}
+
+// Calls f(std::integral_constant<int, NV>) for NV = the vectors of a block of `channels` (1 .. kGroupVectors).
+template <typename F>
+GN_CPU_INLINE void with_block_vectors(int64_t channels, F&& f) {
+  switch ((std::min<int64_t>(channels, 16 * kGroupVectors) + 15) / 16) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 4>{});
+  }
+}
+static_assert(kGroupVectors == 4, "with_block_vectors covers 1 .. kGroupVectors vectors");
+
+// Groups [g0, g0 + gw) of channels-last float32 sample n (use_group_kernel_f32), no activation. wd: the weights
+// in double (1 without weights). Groups of more than kGroupVectors vectors go block by block: raw sums written,
+// then shifted by the group's delta once it is known; the sums of x - m per block added in double.
+inline void backward_group_rows_f32(const BackwardArgs<float>& p, int64_t n, int64_t g0, int64_t gw,
+                                    const double* wd) {
+  const int64_t channels = p.channels, HW = p.HW, G = p.G, cpg = channels / G;
+  const float* x = p.x + n * HW * channels;
+  const float* dy = p.dy + n * HW * channels;
+  float* dx = p.dx != nullptr ? p.dx + n * HW * channels : nullptr;
+  double* const ds_row = p.ds + n * channels;
+  double* const db_row = p.db + n * channels;
+  const float* mean = p.mean + n * G;
+  const float* rstd = p.rstd + n * G;
+  const double inv_d = 1.0 / static_cast<double>(cpg * HW);
+  constexpr int64_t kBlock = 16 * kGroupVectors;
+  int64_t g = g0;
+  if (cpg == 8) {
+    for (; g + 2 <= g0 + gw; g += 2) group_pair(p, x, dy, dx, g * cpg, mean + g, rstd + g, inv_d, wd, ds_row, db_row);
+  }
+  if (cpg <= kBlock) {
+    with_block_vectors(cpg, [&](auto nv) {
+      constexpr int NV = decltype(nv)::value;
+      for (; g < g0 + gw; ++g) {
+        group_one_block<NV>(p, x, dy, dx, g * cpg, (g + 1) * cpg, mean[g], rstd[g], inv_d, wd, ds_row, db_row);
+      }
+    });
+    return;
+  }
+  for (; g < g0 + gw; ++g) {
+    const __m512 vm = _mm512_set1_ps(mean[g]), vr = _mm512_set1_ps(rstd[g]);
+    const int64_t c0 = g * cpg, c_end = c0 + cpg;
+    double dm = 0;
+    __m512d s_acc = _mm512_setzero_pd(), b_acc = _mm512_setzero_pd();
+    for (int64_t c = c0; c < c_end; c += kBlock) {
+      with_block_vectors(c_end - c, [&](auto nv) {
+        constexpr int NV = decltype(nv)::value;
+        __m512 sd[NV], sb[NV], sm;
+        group_block_sums<NV>(x, dy, channels, HW, c, c_end, vm, sd, sb, sm);
+        dm += static_cast<double>(_mm512_reduce_add_ps(sm));
+        group_block_out<NV>(sd, sb, c, c_end, 0.0, 1.0, wd, ds_row, db_row, s_acc, b_acc);
+      });
+    }
+    const double rd = static_cast<double>(rstd[g]), delta = dm * inv_d;
+    const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
+    for (int64_t c = c0; c < c_end; c += 8) {  // ds about the exact mean, times rstd
+      const __mmask8 k = c_end - c >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (c_end - c)) - 1u);
+      const __m512d v = _mm512_maskz_loadu_pd(k, ds_row + c), b = _mm512_maskz_loadu_pd(k, db_row + c);
+      _mm512_mask_storeu_pd(ds_row + c, k, _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b, v), vrd));
+    }
+    if (dx == nullptr) continue;
+    float cx, c1;
+    group_coefficients_f32(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d, cx, c1);
+    const __m512 vcx = _mm512_set1_ps(cx), vc1 = _mm512_set1_ps(c1);
+    for (int64_t c = c0; c < c_end; c += kBlock) {
+      with_block_vectors(c_end - c, [&](auto nv) {
+        group_block_dx<decltype(nv)::value>(x, dy, dx, channels, HW, c, c_end, vm, vr, p.w, vcx, vc1);
+      });
+    }
+  }
+}
+#endif
+
 template <typename T, bool kAct>
 void backward_channels_last(const BackwardArgs<T>& p) {
   using C = compute_t<T>;
@@ -1326,6 +1579,16 @@ void backward_channels_last(const BackwardArgs<T>& p) {
     const int64_t gw = G / chunks, cw = gw * cpg;
     const bool group_rows = use_group_rows<T>(gw, cpg, HW);
     at::parallel_for(0, N * chunks, chunks > 1 ? 1 : grain, [&](int64_t first, int64_t last) {
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float> && !kAct) {
+        if (use_group_kernel_f32(cpg, HW)) {  // (normal stores only: no stream_fence)
+          for (int64_t it = first; it < last; ++it) {
+            backward_group_rows_f32(p, it / chunks, (it % chunks) * gw, gw, wd.data());
+          }
+          return;
+        }
+      }
+#endif
       if (group_rows) {
         for (int64_t it = first; it < last; ++it) {
           backward_group_rows<T, kAct>(p, it / chunks, (it % chunks) * gw, gw, wd.data());
