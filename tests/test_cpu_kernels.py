@@ -260,7 +260,7 @@ def test_backward_of_many_short_channels(shape, groups, dtype, affine, num_threa
 # (100 and 130 channels), one row, 64 rows, and a large mean.
 GROUP_KERNEL_SHAPES = [((3, 1280, 2, 2), 32), ((2, 48, 3, 5), 6), ((2, 16, 4, 4), 2), ((2, 200, 3, 3), 2),
                        ((2, 520, 2, 3), 4), ((4, 72, 8, 8), 3), ((2, 144, 1, 1), 9), ((5, 36, 3, 3), 3),
-                       ((2, 64, 2, 2, 2), 2)]
+                       ((2, 64, 2, 2, 2), 2), ((2, 768, 4, 4), 24)]  # (last: 3 chunks of groups at 3 threads)
 
 
 @pytest.mark.parametrize("num_threads", [1, 3])
@@ -277,6 +277,15 @@ def test_channels_last_backward_of_few_rows(shape, groups, dtype, affine, num_th
         check_backward_cpu(x, groups, w, b, "none", what)
         if affine:
             check_parameter_grads_alone(x, groups, w, b, what)
+
+
+def test_channels_last_backward_of_few_rows_in_chunks_of_groups(threads, poisoned_outputs):
+    """Fewer samples than threads, an output of >= 4 MB (streamed stores on the general path): the group kernel
+    takes chunks of groups (5 samples x 4 chunks on 4 threads) instead of samples cut into parts of rows."""
+    threads(4)
+    x = _input((5, 4096, 8, 8), torch.float32, torch.channels_last, seed=6)
+    w, b = _params(4096, torch.float32, True)
+    check_backward_cpu(x, 32, w, b, "none", "(5, 4096, 8, 8) G32 4 threads")
 
 
 def check_parameter_grads_alone(x, groups, w, b, what):
