@@ -1177,6 +1177,21 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
   }
 }
 
+// Sample n's tensors (dx null where grad_input is not asked for) and its rows of the per-(n, c) sums.
+template <typename T>
+struct SampleRows {
+  const T* x;
+  const T* dy;
+  T* dx;
+  double* ds;
+  double* db;
+};
+template <typename T>
+GN_CPU_INLINE SampleRows<T> sample_rows(const BackwardArgs<T>& p, int64_t n) {
+  const int64_t at = n * p.HW * p.channels;
+  return {p.x + at, p.dy + at, p.dx != nullptr ? p.dx + at : nullptr, p.ds + n * p.channels, p.db + n * p.channels};
+}
+
 // Groups [g0, g0 + gw) of channels-last sample n when its groups are at least a pack wide and its rows few
 // (use_group_rows, the forward's rule): each pack of a group's channels summed down the rows in registers, its ds
 // and db written straight into the sample's rows of p.ds / p.db (shifted by the group's delta and scaled by its
@@ -1197,11 +1212,7 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
   constexpr int64_t W = P::kWidth;
   static_assert(PC::kWidth == W, "parameter packs and data packs hold the same elements");
   const int64_t channels = p.channels, HW = p.HW, G = p.G, cpg = channels / G;
-  const T* x = p.x + n * HW * channels;
-  const T* dy = p.dy + n * HW * channels;
-  T* dx = p.dx != nullptr ? p.dx + n * HW * channels : nullptr;
-  double* const ds_row = p.ds + n * channels;
-  double* const db_row = p.db + n * channels;
+  const SampleRows<T> s = sample_rows(p, n);
   const double inv_d = 1.0 / static_cast<double>(cpg * HW);
   // A pack of a C parameter vector (w, bias), as Pack<T>'s two compute-type vectors.
   auto param = [](const C* v, int64_t c, int64_t cnt) { const PC pc = PC::load(v + c, cnt); return P{pc.lo, pc.hi}; };
@@ -1219,8 +1230,8 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
         P sd = zero, sb = zero, sm = zero;
         for (int64_t r0 = 0; r0 < HW; ++r0) {
           const int64_t at = r0 * channels + c;
-          const P d = (P::load(x + at, cnt) - vm).first(cnt);  // (lanes past cnt: 0, so g = 0 there too)
-          const P gz = grad_z<T, K>(P::load(dy + at, cnt), d, va, vb, p.act);
+          const P d = (P::load(s.x + at, cnt) - vm).first(cnt);  // (lanes past cnt: 0, so g = 0 there too)
+          const P gz = grad_z<T, K>(P::load(s.dy + at, cnt), d, va, vb, p.act);
           sd = fmadd(gz, d, sd);
           sb = sb + gz;
           sm = sm + d;
@@ -1231,8 +1242,8 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
         sd.lanes(l1);
         sb.lanes(l2);
         auto store = [&](int64_t count) {  // (a fixed count for whole packs, which vectorises)
-          for (int64_t j = 0; j < count; ++j) ds_row[c + j] = static_cast<double>(l1[j]);
-          for (int64_t j = 0; j < count; ++j) db_row[c + j] = static_cast<double>(l2[j]);
+          for (int64_t j = 0; j < count; ++j) s.ds[c + j] = static_cast<double>(l1[j]);
+          for (int64_t j = 0; j < count; ++j) s.db[c + j] = static_cast<double>(l2[j]);
         };
         if (cnt == W) store(W);
         else store(cnt);
@@ -1246,8 +1257,8 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
       int64_t c = c0;
       for (; c + LD <= c_end; c += LD) {
         const VD vw = VD::loadu(wd + c);
-        vs = at::vec::fmadd(vw, VD::loadu(ds_row + c), vs);
-        vbs = at::vec::fmadd(vw, VD::loadu(db_row + c), vbs);
+        vs = at::vec::fmadd(vw, VD::loadu(s.ds + c), vs);
+        vbs = at::vec::fmadd(vw, VD::loadu(s.db + c), vbs);
       }
       __at_align__ double ls[LD];
       __at_align__ double lb[LD];
@@ -1259,12 +1270,12 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
         B += lb[i];
       }
       for (; c < c_end; ++c) {
-        S += wd[c] * ds_row[c];
-        B += wd[c] * db_row[c];
+        S += wd[c] * s.ds[c];
+        B += wd[c] * s.db[c];
       }
       const double rd = static_cast<double>(r), delta = sum_lanes(dm_lanes) * inv_d;
-      for (int64_t c = c0; c < c_end; ++c) ds_row[c] = (ds_row[c] - delta * db_row[c]) * rd;
-      if (dx == nullptr) continue;
+      for (int64_t c = c0; c < c_end; ++c) s.ds[c] = (s.ds[c] - delta * s.db[c]) * rd;
+      if (s.dx == nullptr) continue;
       const double sx = S - delta * B;
       const double coef_x = -rd * rd * rd * sx * inv_d, coef_1 = -rd * B * inv_d - coef_x * delta;
       const P vcx = P::broadcast(static_cast<C>(coef_x)), vc1 = P::broadcast(static_cast<C>(coef_1));
@@ -1274,9 +1285,9 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
         const P vb = kAct && p.bias != nullptr ? param(p.bias, c, cnt) : zero;
         for (int64_t r0 = 0; r0 < HW; ++r0) {
           const int64_t at = r0 * channels + c;
-          const P d = P::load(x + at, cnt) - vm;
-          const P gz = grad_z<T, K>(P::load(dy + at, cnt), d, va, vb, p.act);
-          fmadd(va, gz, fmadd(vcx, d, vc1)).store(dx + at, cnt);
+          const P d = P::load(s.x + at, cnt) - vm;
+          const P gz = grad_z<T, K>(P::load(s.dy + at, cnt), d, va, vb, p.act);
+          fmadd(va, gz, fmadd(vcx, d, vc1)).store(s.dx + at, cnt);
         }
       }
     }
@@ -1480,24 +1491,20 @@ static_assert(kGroupVectors == 4, "with_block_vectors covers 1 .. kGroupVectors 
 inline void backward_group_rows_f32(const BackwardArgs<float>& p, int64_t n, int64_t g0, int64_t gw,
                                     const double* wd) {
   const int64_t channels = p.channels, HW = p.HW, G = p.G, cpg = channels / G;
-  const float* x = p.x + n * HW * channels;
-  const float* dy = p.dy + n * HW * channels;
-  float* dx = p.dx != nullptr ? p.dx + n * HW * channels : nullptr;
-  double* const ds_row = p.ds + n * channels;
-  double* const db_row = p.db + n * channels;
+  const SampleRows<float> s = sample_rows(p, n);
   const float* mean = p.mean + n * G;
   const float* rstd = p.rstd + n * G;
   const double inv_d = 1.0 / static_cast<double>(cpg * HW);
   constexpr int64_t kBlock = 16 * kGroupVectors;
   int64_t g = g0;
   if (cpg == 8) {
-    for (; g + 2 <= g0 + gw; g += 2) group_pair(p, x, dy, dx, g * cpg, mean + g, rstd + g, inv_d, wd, ds_row, db_row);
+    for (; g + 2 <= g0 + gw; g += 2) group_pair(p, s.x, s.dy, s.dx, g * cpg, mean + g, rstd + g, inv_d, wd, s.ds, s.db);
   }
   if (cpg <= kBlock) {
     with_block_vectors(cpg, [&](auto nv) {
       constexpr int NV = decltype(nv)::value;
       for (; g < g0 + gw; ++g) {
-        group_one_block<NV>(p, x, dy, dx, g * cpg, (g + 1) * cpg, mean[g], rstd[g], inv_d, wd, ds_row, db_row);
+        group_one_block<NV>(p, s.x, s.dy, s.dx, g * cpg, (g + 1) * cpg, mean[g], rstd[g], inv_d, wd, s.ds, s.db);
       }
     });
     return;
@@ -1511,25 +1518,25 @@ inline void backward_group_rows_f32(const BackwardArgs<float>& p, int64_t n, int
       with_block_vectors(c_end - c, [&](auto nv) {
         constexpr int NV = decltype(nv)::value;
         __m512 sd[NV], sb[NV], sm;
-        group_block_sums<NV>(x, dy, channels, HW, c, c_end, vm, sd, sb, sm);
+        group_block_sums<NV>(s.x, s.dy, channels, HW, c, c_end, vm, sd, sb, sm);
         dm += static_cast<double>(_mm512_reduce_add_ps(sm));
-        group_block_out<NV>(sd, sb, c, c_end, 0.0, 1.0, wd, ds_row, db_row, s_acc, b_acc);
+        group_block_out<NV>(sd, sb, c, c_end, 0.0, 1.0, wd, s.ds, s.db, s_acc, b_acc);
       });
     }
     const double rd = static_cast<double>(rstd[g]), delta = dm * inv_d;
     const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
     for (int64_t c = c0; c < c_end; c += 8) {  // ds about the exact mean, times rstd
       const __mmask8 k = c_end - c >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (c_end - c)) - 1u);
-      const __m512d v = _mm512_maskz_loadu_pd(k, ds_row + c), b = _mm512_maskz_loadu_pd(k, db_row + c);
-      _mm512_mask_storeu_pd(ds_row + c, k, _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b, v), vrd));
+      const __m512d v = _mm512_maskz_loadu_pd(k, s.ds + c), b = _mm512_maskz_loadu_pd(k, s.db + c);
+      _mm512_mask_storeu_pd(s.ds + c, k, _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b, v), vrd));
     }
-    if (dx == nullptr) continue;
+    if (s.dx == nullptr) continue;
     float cx, c1;
     group_coefficients_f32(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d, cx, c1);
     const __m512 vcx = _mm512_set1_ps(cx), vc1 = _mm512_set1_ps(c1);
     for (int64_t c = c0; c < c_end; c += kBlock) {
       with_block_vectors(c_end - c, [&](auto nv) {
-        group_block_dx<decltype(nv)::value>(x, dy, dx, channels, HW, c, c_end, vm, vr, p.w, vcx, vc1);
+        group_block_dx<decltype(nv)::value>(s.x, s.dy, s.dx, channels, HW, c, c_end, vm, vr, p.w, vcx, vc1);
       });
     }
   }

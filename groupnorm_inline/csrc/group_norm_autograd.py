@@ -12,7 +12,7 @@ the host time of `torch.nn.GroupNorm` at small shapes. Here:
             backward forms dz = dy * act'(z) from it as PyTorch's own autograd does (sigmoid_backward:
             y (1 - y); tanh_backward: 1 - y^2), then runs the plain GroupNorm backward on dz: the fused
             backward's derivative evaluates exp or tanh per element, and on the CPU that arithmetic, not
-            the extra pass over memory, set its time (see the backward's comment). The CUDA kernels are
+            the extra pass over memory, set its time (derivative_from_output). The CUDA kernels are
             bound by memory, where recomputing z beats reading out: they keep the fused backward.
             Grad mode on (create_graph=True): the gradients must be
             differentiable in the input, whose statistics mean/rstd were saved as constants, so
