@@ -237,14 +237,18 @@ inline void sum_param_grads(const double* ds, const double* db, int64_t N, int64
 
 // The parameter gradients from the per-(n, c) sums (ds, db: (N, C); scratch: 2 C doubles, unused when N == 1, whose
 // sums are the gradients) into dw / db (null: not asked for) in their dtype. Channels shared out over the threads
-// from kParallelParamEntries (n, c) entries, each task at least kParamTaskEntries: (1, 262144) G1, 0.5 M doubles
+// from a number of (n, c) entries (below), each task at least kParamTaskEntries: (1, 262144) G1, 0.5 M doubles
 // summed and converted serially, was a tenth of the backward. The rows of ds / db were written by the kernel's
 // threads, so on a many-core host one thread reading them all waits on other cores' caches: (32,1280,2,2) G32
 // channels-last at 16 threads (Xeon host of an H200), the backward took 83.7 us with the parameter gradients
-// and 30.9 without (ATen 48.2 / 18.2) when 40960 entries were summed on one thread. Below 16 K entries, or in
-// smaller tasks, the fork costs more than it saves ((8, 1024) G4 float32 backward 0.87 -> 1.02x PyTorch's time
-// forked at 8 K entries, 2-core machine).
+// and 30.9 without (ATen 48.2 / 18.2) when 40960 entries were summed on one thread; shared out from 16 K entries,
+// 1.27-1.31x -> 1.07-1.08x PyTorch's time through autograd. At 2 threads a fork saves at most half the sum and
+// costs a second parallel region's wake-up, which on a 2-core VM is tens of microseconds: forked from 16 K entries
+// there, (256, 64) G8 float32 backward 18.6-37.6 -> 28.6-82.6 us and (64,512,2,2) channels-last 32-78 -> 39-103
+// (operator alone), and (8, 1024) G4 0.87 -> 1.02x PyTorch's time forked at 8 K. So: from 16 K entries at 4
+// threads and more, from 64 K below, tasks of at least kParamTaskEntries.
 constexpr int64_t kParallelParamEntries = int64_t(1) << 14;
+constexpr int64_t kParallelParamEntriesFewThreads = int64_t(1) << 16;
 constexpr int64_t kParamTaskEntries = 4096;
 inline void write_param_grads(const double* ds, const double* db, int64_t N, int64_t C, double* scratch,
                               at::Tensor* dw, at::Tensor* dbias) {
@@ -261,9 +265,9 @@ inline void write_param_grads(const double* ds, const double* db, int64_t N, int
     scalar_t* dwp = dw ? dw->mutable_data_ptr<scalar_t>() : nullptr;
     scalar_t* dbp = dbias ? dbias->mutable_data_ptr<scalar_t>() : nullptr;
     const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-    const int64_t grain = N * C < kParallelParamEntries
-                              ? C
-                              : std::max((C + threads - 1) / threads, (kParamTaskEntries + N - 1) / N);
+    const int64_t fork_from = threads >= 4 ? kParallelParamEntries : kParallelParamEntriesFewThreads;
+    const int64_t grain =
+        N * C < fork_from ? C : std::max((C + threads - 1) / threads, (kParamTaskEntries + N - 1) / N);
     at::parallel_for(0, C, std::max<int64_t>(1, grain), [&](int64_t c0, int64_t c1) {
       if (N > 1) sum_param_grads(ds, db, N, C, c0, c1, scratch, scratch + C);
       if (dwp) {
