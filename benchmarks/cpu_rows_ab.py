@@ -6,7 +6,7 @@ Each row is "N,C,H,W:groups:dtype:mode" (any rank from 2 up; dtype fp32, bf16, f
     bwd     backward alone (autograd.grad of input, weight, bias through a saved graph); clbwd: channels-last
     fb      forward + backward;                 clfb: channels-last
     MODE+ACT  bwd, clbwd, fb or clfb with a fused activation (e.g. bwd+tanh): ours fused against PyTorch's
-            GroupNorm then the activation (functional.py's name for it)
+            GroupNorm then the same activation (ACT: one of the package's activation names)
 Prints the median time of each over --reps calls (ours, PyTorch, ours, PyTorch, ... after 5 warm-up calls each)
 and their ratio (ours / PyTorch: < 1, ours faster). The alternation is what makes a ratio meaningful on a noisy
 machine: a burst of load slows both. Random problems (random_rows.py) call each provider once per round, so at
@@ -68,6 +68,7 @@ def make_calls(shape, groups, dtype, mode, act=None):
     dy = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).contiguous(
         memory_format=torch.channels_last if mode.startswith("cl") and len(shape) == 4
         else torch.channels_last_3d if mode.startswith("cl") else torch.contiguous_format)
+
     def ours_fwd():
         return groupnorm_inline.group_norm(xr, groups, wr, br, activation=act)
 
