@@ -42,9 +42,11 @@ TORCH_ACTS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, a
 def parse_row(row: str):
     shape, groups, dtype, mode = row.split(":")
     mode, _, act = mode.partition("+")
-    if mode not in MODES or (act and mode not in ACT_MODES):
-        raise SystemExit(f"unknown mode {mode!r} in {row!r} (one of {', '.join(MODES)}; an activation only with "
-                         f"{', '.join(ACT_MODES)})")
+    if mode not in MODES:
+        raise SystemExit(f"unknown mode {mode!r} in {row!r} (one of {', '.join(MODES)})")
+    if act and (mode not in ACT_MODES or act not in TORCH_ACTS):
+        raise SystemExit(f"{mode}+{act} in {row!r}: an activation ({', '.join(TORCH_ACTS)}) goes with "
+                         f"{', '.join(ACT_MODES)} only")
     return tuple(int(s) for s in shape.split(",")), int(groups), DTYPES[dtype], mode, act or None
 
 

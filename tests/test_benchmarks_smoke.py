@@ -307,9 +307,9 @@ def test_cpu_kernels_check_quick_table(tmp_path):
 
 
 def test_cpu_rows_ab_every_mode():
-    """benchmarks/cpu_rows_ab.py: one line per row with both times and their ratio, for every mode; an unknown mode
-    is refused by name."""
-    modes = ["fwd", "cl", "silu", "clsilu", "bwd", "clbwd", "fb", "clfb"]
+    """benchmarks/cpu_rows_ab.py: one line per row with both times and their ratio, for every mode (and two with an
+    activation); an unknown mode, or an activation on a mode that takes none, is refused by name."""
+    modes = ["fwd", "cl", "silu", "clsilu", "bwd", "clbwd", "fb", "clfb", "bwd+tanh", "clfb+silu"]
     rows = [f"2,8,3,5:2:{'bf16' if i % 2 else 'fp32'}:{mode}" for i, mode in enumerate(modes)]
     command = [sys.executable, str(BENCHMARKS / "cpu_rows_ab.py"), "--threads", "1", "--reps", "3", *rows]
     run = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -323,6 +323,9 @@ def test_cpu_rows_ab_every_mode():
     bad = subprocess.run([sys.executable, str(BENCHMARKS / "cpu_rows_ab.py"), "2,8,3,5:2:fp32:sideways"],
                          capture_output=True, text=True, timeout=900)
     assert bad.returncode != 0 and "unknown mode 'sideways'" in bad.stdout + bad.stderr
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "cpu_rows_ab.py"), "2,8,3,5:2:fp32:fwd+tanh"],
+                         capture_output=True, text=True, timeout=900)
+    assert bad.returncode != 0 and "fwd+tanh" in bad.stdout + bad.stderr
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py")))
