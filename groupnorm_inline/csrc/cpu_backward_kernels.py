@@ -242,6 +242,16 @@ struct GroupCoefficients {
   double delta, coef_x, coef_1;
 };
 
+// The coefficients of dx = a dz + coef_x (x - m) + coef_1 for a group of D elements (inv_d = 1 / D), from
+// S = sum w dz (x - mean) about the exact mean, B = sum w dz, delta = the exact mean - the saved mean m, r = rstd.
+inline GroupCoefficients coefficients_of(double S, double B, double delta, double r, double inv_d) {
+  GroupCoefficients k;
+  k.delta = delta;
+  k.coef_x = -r * r * r * S * inv_d;
+  k.coef_1 = -r * B * inv_d - k.coef_x * delta;
+  return k;
+}
+
 template <typename W>
 inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg, int64_t HW, const W* w,
                                             double rstd, double* ds_out, double* db_out) {
@@ -271,11 +281,7 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
     ds_out[cl] = (sums[cl].ds - delta * sums[cl].db) * rstd;
     db_out[cl] = sums[cl].db;
   }
-  GroupCoefficients k;
-  k.delta = delta;
-  k.coef_x = -rstd * rstd * rstd * S * inv_d;
-  k.coef_1 = -rstd * B * inv_d - k.coef_x * delta;
-  return k;
+  return coefficients_of(S, B, delta, rstd, inv_d);
 }
 
 // group_coefficients for a slice whose per-channel sums are already in ds_out / db_out (raw: ds_out gets
@@ -293,11 +299,7 @@ inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D,
     S += wc * ds;
     B += wc * db_out[cl];
   }
-  GroupCoefficients k;
-  k.delta = delta;
-  k.coef_x = -rstd * rstd * rstd * S * inv_d;
-  k.coef_1 = -rstd * B * inv_d - k.coef_x * delta;
-  return k;
+  return coefficients_of(S, B, delta, rstd, inv_d);
 }
 
 // Inputs of the backward kernels. x, dy, dx: the input's layout (dx null: not asked for); mean, rstd: (N*G,);
@@ -786,12 +788,11 @@ void backward_nchw(const BackwardArgs<T>& p) {
     const int64_t n = s / G, c0 = (s % G) * cpg;
     const T* xs = p.x + s * D;
     const C m = p.mean[s];
-    const double dd = static_cast<double>(D), delta = t.dm / dd, rstd = static_cast<double>(p.rstd[s]);
+    const double inv_d = 1.0 / static_cast<double>(D), delta = t.dm * inv_d, rstd = static_cast<double>(p.rstd[s]);
     double* ds_out = p.ds + n * p.channels + c0;
     double* db_out = p.db + n * p.channels + c0;
-    const double S = t.swd - delta * t.sw, B = t.sw;
-    const double coef_x = -rstd * rstd * rstd * S / dd, coef_1 = -rstd * B / dd - coef_x * delta;
-    const C cx = static_cast<C>(coef_x), c1 = static_cast<C>(coef_1);
+    const GroupCoefficients k = coefficients_of(t.swd - delta * t.sw, t.sw, delta, rstd, inv_d);
+    const C cx = static_cast<C>(k.coef_x), c1 = static_cast<C>(k.coef_1);
     T* dxs = p.dx ? p.dx + s * D : nullptr;
     for (int64_t cl = lo; cl < hi; ++cl) {
       const C d = static_cast<C>(xs[cl]) - m, gz = one_element_grad_z(s, cl, lo, kind, dz_buf);
@@ -1159,7 +1160,7 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
     }
     const double r = static_cast<double>(rstd[g]);
     const double delta = (dm0 + dm1) * inv_d, B = b0 + b1, S = (s0 + s1) - delta * B;
-    const double coef_x = -r * r * r * S * inv_d, coef_1 = -r * B * inv_d - coef_x * delta;
+    const GroupCoefficients k = coefficients_of(S, B, delta, r, inv_d);
     const VD vdelta(delta), vr(r);
     for (c = c0; c < c1_end; c += LD) {
       const int64_t cnt = std::min(LD, c1_end - c);
@@ -1168,7 +1169,7 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
       ((vs - vdelta * vb) * vr).store(ds_out + c, static_cast<int>(cnt));
       vb.store(db_out + c, static_cast<int>(cnt));
     }
-    const VC vx(static_cast<C>(coef_x)), v1(static_cast<C>(coef_1));
+    const VC vx(static_cast<C>(k.coef_x)), v1(static_cast<C>(k.coef_1));
     for (c = c0; c < c1_end; c += LC) {
       const int cnt = static_cast<int>(std::min(LC, c1_end - c));
       vx.store(cx + c, cnt);
@@ -1276,9 +1277,8 @@ void backward_group_rows(const BackwardArgs<T>& p, int64_t n, int64_t g0, int64_
       const double rd = static_cast<double>(r), delta = sum_lanes(dm_lanes) * inv_d;
       for (int64_t c = c0; c < c_end; ++c) s.ds[c] = (s.ds[c] - delta * s.db[c]) * rd;
       if (s.dx == nullptr) continue;
-      const double sx = S - delta * B;
-      const double coef_x = -rd * rd * rd * sx * inv_d, coef_1 = -rd * B * inv_d - coef_x * delta;
-      const P vcx = P::broadcast(static_cast<C>(coef_x)), vc1 = P::broadcast(static_cast<C>(coef_1));
+      const GroupCoefficients k = coefficients_of(S - delta * B, B, delta, rd, inv_d);
+      const P vcx = P::broadcast(static_cast<C>(k.coef_x)), vc1 = P::broadcast(static_cast<C>(k.coef_1));
       for (int64_t c = c0; c < c_end; c += W) {
         const int64_t cnt = std::min(W, c_end - c);
         const P va = p.w != nullptr ? vr * param(p.w, c, cnt) : vr;
@@ -1315,18 +1315,6 @@ inline bool use_group_kernel_f32(int64_t cpg, int64_t HW) {
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
-// Channels [c, c + 16) of a group ending at c_end, as a lane mask.
-GN_CPU_INLINE __mmask16 lanes_mask(int64_t c, int64_t c_end) {
-  const int64_t cnt = c_end - c;
-  return cnt >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cnt) - 1u);
-}
-
-// The two halves of 16 float lanes as 8 doubles each.
-GN_CPU_INLINE __m512d low_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
-GN_CPU_INLINE __m512d high_pd(__m512 v) {
-  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-
 // A block of NV vectors (channels [c, c + 16 NV) of a group ending at c_end; NV <= kGroupVectors) down the
 // sample's HW rows (`channels` apart): per lane sd = sum dy (x - m), sb = sum dy, and sm = sum (x - m) over all
 // lanes, in float (at most kGroupRowsMaxRows terms a lane). Lanes past c_end read as 0 and stay 0.
@@ -1338,7 +1326,7 @@ GN_CPU_INLINE void group_block_sums(const float* x, const float* dy, int64_t cha
   __m512 smv[NV];
 #pragma GCC unroll 4
   for (int j = 0; j < NV; ++j) {
-    mask[j] = lanes_mask(c + 16 * j, c_end);
+    mask[j] = first_lanes(c_end - (c + 16 * j));
     sd[j] = sb[j] = smv[j] = _mm512_setzero_ps();
   }
   for (int64_t r = 0; r < HW; ++r) {
@@ -1367,7 +1355,7 @@ GN_CPU_INLINE void group_block_dx(const float* x, const float* dy, float* dx, in
   __m512 va[NV];
 #pragma GCC unroll 4
   for (int j = 0; j < NV; ++j) {
-    mask[j] = lanes_mask(c + 16 * j, c_end);
+    mask[j] = first_lanes(c_end - (c + 16 * j));
     va[j] = w != nullptr ? _mm512_mul_ps(vr, _mm512_maskz_loadu_ps(mask[j], w + c + 16 * j)) : vr;
   }
   for (int64_t r = 0; r < HW; ++r) {
@@ -1391,7 +1379,7 @@ GN_CPU_INLINE void group_block_out(const __m512* sd, const __m512* sb, int64_t c
 #pragma GCC unroll 4
   for (int j = 0; j < NV; ++j) {
     const int64_t cj = c + 16 * j;
-    const __mmask16 mask = lanes_mask(cj, c_end);
+    const __mmask16 mask = first_lanes(c_end - cj);
     const __mmask8 half[2] = {static_cast<__mmask8>(mask & 0xFF), static_cast<__mmask8>(mask >> 8)};
     const __m512d d_pd[2] = {low_pd(sd[j]), high_pd(sd[j])}, b_pd[2] = {low_pd(sb[j]), high_pd(sb[j])};
     for (int h = 0; h < 2; ++h) {
@@ -1404,12 +1392,14 @@ GN_CPU_INLINE void group_block_out(const __m512* sd, const __m512* sb, int64_t c
   }
 }
 
-// The group's coefficients: dx = a dy + cx (x - m) + c1 with cx = -r^3 S / D, c1 = -r B / D - cx delta.
-GN_CPU_INLINE void group_coefficients_f32(double S, double B, double delta, double rd, double inv_d, float& cx,
-                                          float& c1) {
-  const double coef_x = -rd * rd * rd * (S - delta * B) * inv_d;
-  cx = static_cast<float>(coef_x);
-  c1 = static_cast<float>(-rd * B * inv_d - coef_x * delta);
+// dx's two coefficients as broadcast floats, from the group's raw sums S0 = sum w ds (about the saved mean) and
+// B = sum w db.
+struct DxCoefficients {
+  __m512 cx, c1;
+};
+GN_CPU_INLINE DxCoefficients group_dx_coefficients(double S0, double B, double delta, double rd, double inv_d) {
+  const GroupCoefficients k = coefficients_of(S0 - delta * B, B, delta, rd, inv_d);
+  return {_mm512_set1_ps(static_cast<float>(k.coef_x)), _mm512_set1_ps(static_cast<float>(k.coef_1))};
 }
 
 // One group of at most kGroupVectors vectors: its sums stay in registers until delta is known, and ds / db are
@@ -1426,9 +1416,9 @@ GN_CPU_INLINE void group_one_block(const BackwardArgs<float>& p, const float* x,
   __m512d s_acc = _mm512_setzero_pd(), b_acc = _mm512_setzero_pd();
   group_block_out<NV>(sd, sb, c0, c_end, delta, rd, wd, ds_row, db_row, s_acc, b_acc);
   if (dx == nullptr) return;
-  float cx, c1;
-  group_coefficients_f32(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d, cx, c1);
-  group_block_dx<NV>(x, dy, dx, p.channels, p.HW, c0, c_end, vm, vr, p.w, _mm512_set1_ps(cx), _mm512_set1_ps(c1));
+  const DxCoefficients k =
+      group_dx_coefficients(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d);
+  group_block_dx<NV>(x, dy, dx, p.channels, p.HW, c0, c_end, vm, vr, p.w, k.cx, k.c1);
 }
 
 // Two groups of 8 channels as one vector (lanes 0-7 group g, 8-15 group g + 1): the halves reduce apart (their
@@ -1451,7 +1441,7 @@ GN_CPU_INLINE void group_pair(const BackwardArgs<float>& p, const float* x, cons
   }
   const __m512d sd_h[2] = {low_pd(sd), high_pd(sd)}, sb_h[2] = {low_pd(sb), high_pd(sb)};
   const __m512d sm_h[2] = {low_pd(sm), high_pd(sm)};
-  float cx[2], c1[2];
+  DxCoefficients k[2];  // (broadcast: the halves blended below)
   for (int h = 0; h < 2; ++h) {
     const int64_t c = c0 + 8 * h;
     const double rd = static_cast<double>(rstd[h]), delta = _mm512_reduce_add_pd(sm_h[h]) * inv_d;
@@ -1459,12 +1449,11 @@ GN_CPU_INLINE void group_pair(const BackwardArgs<float>& p, const float* x, cons
                                                _mm512_set1_pd(rd)));
     _mm512_storeu_pd(db_row + c, sb_h[h]);
     const __m512d w = _mm512_loadu_pd(wd + c);
-    group_coefficients_f32(_mm512_reduce_add_pd(_mm512_mul_pd(w, sd_h[h])),
-                           _mm512_reduce_add_pd(_mm512_mul_pd(w, sb_h[h])), delta, rd, inv_d, cx[h], c1[h]);
+    k[h] = group_dx_coefficients(_mm512_reduce_add_pd(_mm512_mul_pd(w, sd_h[h])),
+                                 _mm512_reduce_add_pd(_mm512_mul_pd(w, sb_h[h])), delta, rd, inv_d);
   }
   if (dx == nullptr) return;
-  const __m512 vcx = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(cx[0]), _mm512_set1_ps(cx[1]));
-  const __m512 vc1 = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(c1[0]), _mm512_set1_ps(c1[1]));
+  const __m512 vcx = _mm512_mask_blend_ps(kHigh, k[0].cx, k[1].cx), vc1 = _mm512_mask_blend_ps(kHigh, k[0].c1, k[1].c1);
   const __m512 va = p.w != nullptr ? _mm512_mul_ps(vr, _mm512_loadu_ps(p.w + c0)) : vr;
   for (int64_t r = 0; r < HW; ++r) {
     const int64_t row = r * channels + c0;
@@ -1526,17 +1515,16 @@ inline void backward_group_rows_f32(const BackwardArgs<float>& p, int64_t n, int
     const double rd = static_cast<double>(rstd[g]), delta = dm * inv_d;
     const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
     for (int64_t c = c0; c < c_end; c += 8) {  // ds about the exact mean, times rstd
-      const __mmask8 k = c_end - c >= 8 ? __mmask8(0xFF) : static_cast<__mmask8>((1u << (c_end - c)) - 1u);
-      const __m512d v = _mm512_maskz_loadu_pd(k, s.ds + c), b = _mm512_maskz_loadu_pd(k, s.db + c);
-      _mm512_mask_storeu_pd(s.ds + c, k, _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b, v), vrd));
+      const __mmask8 lanes = static_cast<__mmask8>(first_lanes(c_end - c));  // (at most 8 of them)
+      const __m512d v = _mm512_maskz_loadu_pd(lanes, s.ds + c), b = _mm512_maskz_loadu_pd(lanes, s.db + c);
+      _mm512_mask_storeu_pd(s.ds + c, lanes, _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b, v), vrd));
     }
     if (s.dx == nullptr) continue;
-    float cx, c1;
-    group_coefficients_f32(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d, cx, c1);
-    const __m512 vcx = _mm512_set1_ps(cx), vc1 = _mm512_set1_ps(c1);
+    const DxCoefficients k =
+        group_dx_coefficients(_mm512_reduce_add_pd(s_acc), _mm512_reduce_add_pd(b_acc), delta, rd, inv_d);
     for (int64_t c = c0; c < c_end; c += kBlock) {
       with_block_vectors(c_end - c, [&](auto nv) {
-        group_block_dx<decltype(nv)::value>(s.x, s.dy, s.dx, channels, HW, c, c_end, vm, vr, p.w, vcx, vc1);
+        group_block_dx<decltype(nv)::value>(s.x, s.dy, s.dx, channels, HW, c, c_end, vm, vr, p.w, k.cx, k.c1);
       });
     }
   }

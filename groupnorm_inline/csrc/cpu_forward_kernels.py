@@ -154,11 +154,15 @@ GN_CPU_INLINE void store16(c10::Half* p, __mmask16 mask, __m512 v) {
 GN_CPU_INLINE __mmask16 first_lanes(int64_t count) {
   return static_cast<__mmask16>(count <= 0 ? 0u : count >= 16 ? 0xffffu : (1u << count) - 1u);
 }
+// The low and high 8 of 16 float lanes as doubles.
+GN_CPU_INLINE __m512d low_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+GN_CPU_INLINE __m512d high_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
 // The lanes of v in `mask` as doubles to out[0, 16).
 GN_CPU_INLINE void store16_as_double(double* out, __mmask16 mask, __m512 v) {
-  _mm512_mask_storeu_pd(out, static_cast<__mmask8>(mask & 0xff), _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-  _mm512_mask_storeu_pd(out + 8, static_cast<__mmask8>(mask >> 8),
-                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  _mm512_mask_storeu_pd(out, static_cast<__mmask8>(mask & 0xff), low_pd(v));
+  _mm512_mask_storeu_pd(out + 8, static_cast<__mmask8>(mask >> 8), high_pd(v));
 }
 
 // Sums of the lanes of 16 vectors (row i's values in vector i) as one vector, by a tree of in-register shuffles
