@@ -235,32 +235,95 @@ def test_two_processes_at_once_build_once(tmp_path):
     assert sum(bool(BUILT.fullmatch(line)) for line in lines) == 1, lines
 
 
+def compiler_groups(library_name: str) -> set[int]:
+    """Process groups of the running compiler commands of a build of `library_name` (their command lines
+    define TORCH_EXTENSION_NAME as it)."""
+    flag = f"-DTORCH_EXTENSION_NAME={library_name}".encode()
+    groups = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if flag in (proc / "cmdline").read_bytes():
+                groups.add(os.getpgid(int(proc.name)))
+        except (OSError, ProcessLookupError):  # gone meanwhile
+            continue
+    return groups
+
+
+def signal_groups(groups, sig):
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
+
+
+def listing(directory: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `directory` -> (size, mtime in ns)."""
+    return {str(f.relative_to(directory)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(directory.rglob("*")) if f.is_file()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the compilers through /proc")
 def test_build_killed_halfway_does_not_block_the_next(tmp_path):
-    """A process killed (SIGKILL) in the middle of its build leaves its build lock and load_inline's `lock`
-    file behind; the next process must build and load without waiting for either.
+    """A process killed (SIGKILL) while its compiler runs leaves its build lock, load_inline's `lock` file and
+    a live compiler behind; the next process must build and load without waiting, and nothing the orphaned
+    compiler writes later may touch the new build.
 
-    This covers the stale `lock` file of a killed load_inline: older torch (its FileBaton) takes that file's
-    mere existence for a running build and waits forever; newer torch holds an OS lock on the file instead and
-    leaves it in place. It uses TORCH_EXTENSIONS_DIR, the folder KernelBench hands out."""
+    ninja starts each command in a process group of its own, so killing the Python process and its whole group
+    leaves the compiler running, writing its objects by path into the killed build's folder. The orphan is
+    stopped while the next process builds and resumed after it finished: whatever it writes must land in its
+    own abandoned attempt folder, not in the finished build. The stale `lock` file is the other trap: older torch
+    (its FileBaton) takes its mere existence for a running build and waits forever. The test uses
+    TORCH_EXTENSIONS_DIR, the folder KernelBench hands out."""
     namespace = unique_namespace()
-    build_dir = plan_under(tiny_spec(namespace), tmp_path, "TORCH_EXTENSIONS_DIR").directory
-    victim = start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR", start_new_session=True)  # compilers too
-    deadline = time.monotonic() + WORKER_TIMEOUT_S
-    while not (build_dir / "lock").exists():  # load_inline creates `lock` before it starts the compiler
-        assert victim.poll() is None, f"the build finished or failed before it could be killed: {victim.communicate()}"
-        assert time.monotonic() < deadline, "the build never started"
-        time.sleep(0.05)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.communicate()
-    assert (build_dir / "lock").exists() and not (build_dir / "build_info.json").exists()
+    p = plan_under(tiny_spec(namespace), tmp_path, "TORCH_EXTENSIONS_DIR")
+    build_dir = p.directory
+    victim = start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR", start_new_session=True)
+    orphans: set[int] = set()
+    try:
+        deadline = time.monotonic() + WORKER_TIMEOUT_S
+        while not compiler_groups(p.library_name):
+            assert victim.poll() is None, f"the build finished or failed before it could be killed: {victim.communicate()}"
+            assert time.monotonic() < deadline, "the compiler never started"
+            time.sleep(0.05)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.communicate()
+        orphans = compiler_groups(p.library_name)
+        assert orphans, "the killed build's compiler died with it: this test no longer covers orphaned compilers"
+        signal_groups(orphans, signal.SIGSTOP)
+        assert list(build_dir.glob("attempt-*/lock")) and not (build_dir / "build_info.json").exists()
 
-    err = finish_worker(start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR"), "build after a killed build")
-    assert "waiting for" not in err, err
-    lines = jit_lines(err, namespace)
-    assert sum(bool(BUILT.fullmatch(line)) for line in lines) == 1
-    rebuilding = [m.group(2) for m in map(REBUILDING.fullmatch, lines) if m]
-    assert rebuilding == ["a previous build in this folder did not finish"], lines
-    assert manifest.verify(build_dir, plan_under(tiny_spec(namespace), tmp_path, "TORCH_EXTENSIONS_DIR").key).library
+        err = finish_worker(start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR"), "build after a killed build")
+        assert "waiting for" not in err, err
+        lines = jit_lines(err, namespace)
+        assert sum(bool(BUILT.fullmatch(line)) for line in lines) == 1
+        rebuilding = [m.group(2) for m in map(REBUILDING.fullmatch, lines) if m]
+        assert rebuilding == ["a previous build in this folder did not finish"], lines
+        finished = listing(build_dir)
+        top = sorted(f for f in finished if "/" not in f)
+        assert top == ["build_info.json", f"{p.library_name}.so"], finished
+        kept = [f for f in finished if "/" in f]       # the new attempt's sources, no objects
+        assert kept and all(f.startswith("attempt-") and not f.endswith(".o") for f in kept), kept
+        assert len({f.split("/")[0] for f in kept}) == 1 and any(f.endswith("/main.cpp") for f in kept), kept
+
+        # The orphan runs to its end; it can only fail to write into its removed folder.
+        signal_groups(orphans, signal.SIGCONT)
+        deadline = time.monotonic() + WORKER_TIMEOUT_S
+        while compiler_groups(p.library_name) & orphans:
+            assert time.monotonic() < deadline, "the orphaned compiler did not finish"
+            time.sleep(0.1)
+        orphans = set()   # gone: their group ids may be reused
+        assert listing(build_dir) == finished, "the killed build's compiler wrote into the finished build"
+        assert manifest.verify(build_dir, p.key).library
+        err = finish_worker(start_worker(namespace, tmp_path, "TORCH_EXTENSIONS_DIR"), "load after the orphan")
+        assert after_marker(err) == "", f"a cache hit printed:\n{after_marker(err)}"
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.communicate()
+        signal_groups(orphans, signal.SIGKILL)
 
 
 def test_failed_build_raises_with_the_compiler_error(monkeypatch, tmp_path):

@@ -7,7 +7,13 @@ archs, and whose lock file hangs every later import when a build is killed):
   CUDA and Python versions, target archs), so an upgrade or an edit never loads a stale library;
 * an OS file lock (`flock`, released by the kernel when its holder dies) serialises builds across
   processes; after taking it we look again, because another process may have finished the build while
-  we waited; a `lock` file left behind by a killed `load_inline` is removed, since we hold the only lock;
+  we waited;
+* every build compiles in a fresh `attempt-<pid>-<random>` subfolder, and only the finished library is
+  moved up into the build directory (the subfolder keeps the sources, for the line info of profilers): the compilers of a killed build outlive it (ninja starts each
+  command in a process group of its own, so killing the Python process and its group leaves them
+  running) and keep writing objects by path into their own attempt folder, never into the next build's;
+  a killed `load_inline`'s `lock` file stays in its abandoned attempt folder, which the next builder
+  removes;
 * a finished build is recorded in a manifest, `build_info.json`, with the library's size and sha256
   (`manifest.py`); later processes check the library against it and load it, or, when it is damaged
   (truncated by a full disk, a partial copy of the cache) or the manifest is missing or corrupt, rebuild it
@@ -29,6 +35,7 @@ import shutil
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,15 +192,20 @@ class _FileLock:
             self.fd = None
 
 
+# Prefix of the subfolder one build attempt compiles in (see the module docstring).
+ATTEMPT_PREFIX = "attempt-"
+
+
 def _clean(directory: Path) -> None:
     """Empty a build folder whose build is damaged or unfinished; we hold its build lock.
 
-    Everything goes, objects included: a damaged library may come with damaged objects, and ninja would
-    relink (or skip) rather than recompile them. The library is unlinked, not overwritten, so a process that
-    still has the old one mapped keeps its pages."""
+    Everything goes: the library, the manifest and the attempt folders of builds that were killed. The library
+    is unlinked, not overwritten, so a process that still has the old one mapped keeps its pages. An attempt
+    folder is removed as far as it can be: a killed build's compiler may still be creating files in it (it
+    fails once the folder is gone), and what it leaves is removed by the next clean."""
     for entry in directory.iterdir():
         if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
+            shutil.rmtree(entry, ignore_errors=entry.name.startswith(ATTEMPT_PREFIX))
         else:
             entry.unlink()
 
@@ -208,9 +220,8 @@ def _compile(p: BuildPlan) -> Path:
     if p.with_cuda:
         cpp_extension.CUDA_HOME = env.cuda_home()
     p.directory.mkdir(parents=True, exist_ok=True)
-    stale_baton = p.directory / "lock"
-    if stale_baton.exists():  # we hold the only lock, so this is a killed load_inline's leftover
-        stale_baton.unlink()
+    attempt = p.directory / f"{ATTEMPT_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    attempt.mkdir()
     what = p.spec.description or p.spec.name
     target = f"CUDA (archs {', '.join(p.archs)}) + C++" if p.with_cuda else "C++ (CPU only)"
     # Measured: the C++ alone ~1 minute on 2 cores; with CUDA ~4 minutes on 16 cores, ~8 on 2 (sm_90).
@@ -226,16 +237,24 @@ def _compile(p: BuildPlan) -> Path:
             extra_cflags=list(p.cflags),
             extra_cuda_cflags=list(p.cuda_cflags) if p.with_cuda else None,
             extra_ldflags=list(p.ldflags) or None,
-            build_directory=str(p.directory),
+            build_directory=str(attempt),
             verbose=env.verbose(),
             with_cuda=p.with_cuda,
             is_python_module=False,
         )
     except (RuntimeError, OSError, ImportError) as exc:
         raise ExtensionBuildError(
-            f"groupnorm_inline: building {what} failed after {time.monotonic() - start:.1f} s in {p.directory}.\n"
+            f"groupnorm_inline: building {what} failed after {time.monotonic() - start:.1f} s in {attempt}.\n"
             f"Set GROUPNORM_INLINE_VERBOSE=1 to see every compiler command.\n{exc}") from exc
-    library = Path(path)
+    # The library goes up into the build directory under the plan's name (load_inline appends "_v1" when one
+    # process builds a name twice); a rename within one file system keeps the inode this process has loaded.
+    built = Path(path)
+    library = p.directory / f"{p.library_name}{built.suffix}"
+    os.replace(built, library)
+    # The objects go (a changed input makes a new directory, so they are never reused); the sources stay, as
+    # the compiler saw them: the CUDA line info (-lineinfo) points profilers and compute-sanitizer at them.
+    for leftover in [*attempt.glob("*.o"), attempt / "lock"]:
+        leftover.unlink(missing_ok=True)
     try:
         manifest.write(p.directory, p.key, library, with_cuda=p.with_cuda, archs=list(p.archs),
                        torch=torch.__version__, seconds=round(time.monotonic() - start, 1))
