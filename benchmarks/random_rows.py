@@ -155,7 +155,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--time-limit", type=float, default=400.0, help="stop drawing rows after this many s")
-    parser.add_argument("--out", type=Path, default=None, help="folder for random_rows_seed<S>.md")
+    parser.add_argument("--out", type=Path, default=None, help="folder for random_rows_seed<S>.md (CPU: random_rows_cpu<T>t_seed<S>.md)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--threads", type=int, default=None, help="CPU: torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
@@ -213,7 +213,8 @@ def main() -> None:
     print(lines[-1])
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        suffix = "" if DEVICE == "cuda" else "_cpu"
+        # The CPU's file names its thread count: one seed is often run at several.
+        suffix = "" if DEVICE == "cuda" else f"_cpu{torch.get_num_threads()}t"
         (args.out / f"random_rows{suffix}_seed{args.seed}.md").write_text("\n".join(lines) + "\n")
 
 

@@ -28,6 +28,11 @@
 #              --shapes short (float32 and bfloat16, the host's threads capped at $CPU_THREADS, default 2)
 #   apitests   pytest (CPU and CUDA cases) of the Python entry and the operators' contract: errors, opcheck,
 #              torch.compile, functional and module tests
+#   jit        pytest tests/test_jit.py -k package: the package's own build (CUDA included) recorded and loaded as
+#              the JIT layer lays it out (attempt folder, library moved up, manifest)
+#   random     benchmarks/random_rows.py on the GPU: $RANDOM_ROWS problems (default 60) of seed $RANDOM_SEED
+#              (default 4), at most $RANDOM_LIMIT s of drawing (default 300), the table to $OUT
+#   cpurandom  the same on this machine's CPU at $CPU_THREADS threads (default 4), seed $RANDOM_SEED
 #   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
 #              random_rows.py flagged as slower than a baseline (ours, eager, compile)
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
@@ -118,6 +123,18 @@ for step in "$@"; do
             (cd "$BASELINE" && timeout 200 "${baseline_env[@]}" "$PYTHON" benchmarks/bench_overhead.py --device all) \
                 2>&1 | tee "$OUT/bench-overhead-baseline.txt" | grep -v "^\[groupnorm"
         fi ;;
+    jit)
+        timeout 300 "$PYTHON" -m pytest tests/test_jit.py -k package -q -p no:cacheprovider --tb=short 2>&1 \
+            | tail -n 5 | tee "$OUT/pytest-jit.txt"
+        ls -la "$GROUPNORM_INLINE_CACHE_DIR"/groupnorm_inline_C-*/ "$GROUPNORM_INLINE_CACHE_DIR"/groupnorm_inline_C-*/attempt-* \
+            2>&1 | tee -a "$OUT/pytest-jit.txt" ;;
+    random)
+        timeout 580 "$PYTHON" benchmarks/random_rows.py --rows "${RANDOM_ROWS:-60}" --seed "${RANDOM_SEED:-4}" \
+            --time-limit "${RANDOM_LIMIT:-300}" --out "$OUT" 2>&1 | grep -v "^\[groupnorm" | tail -n 100 ;;
+    cpurandom)
+        timeout 580 "$PYTHON" benchmarks/random_rows.py --device cpu --threads "${CPU_THREADS:-4}" \
+            --rows "${RANDOM_ROWS:-60}" --seed "${RANDOM_SEED:-4}" --time-limit "${RANDOM_LIMIT:-300}" --out "$OUT" \
+            2>&1 | grep -v "^\[groupnorm" | tail -n 100 ;;
     cputests)
         timeout 300 "$PYTHON" -m pytest tests/test_cpu_kernels.py tests/test_backward.py tests/test_activations.py \
             -m "not cuda" -q -p no:cacheprovider --tb=short 2>&1 | tail -n 30 | tee "$OUT/pytest-cpu.txt"
