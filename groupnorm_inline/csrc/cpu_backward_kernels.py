@@ -1317,33 +1317,39 @@ inline bool use_group_kernel_f32(int64_t cpg, int64_t HW) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
 // A block of NV vectors (channels [c, c + 16 NV) of a group ending at c_end; NV <= kGroupVectors) down the
 // sample's HW rows (`channels` apart): per lane sd = sum dy (x - m), sb = sum dy, and sm = sum (x - m) over all
-// lanes, in float (at most kGroupRowsMaxRows terms a lane). Lanes past c_end read as 0 and stay 0.
-constexpr int kGroupVectors = 4;
+// lanes, in float (at most kGroupRowsMaxRows terms a lane). Only the last vector can be partial: its lanes past
+// c_end read as 0 and stay 0 (one mask register: ten masks, one a vector, would not fit the eight there are).
+// Ten vectors (160 channels) keep a group of up to 160 channels in one pass down its rows, its sums in 20
+// registers until delta is known; sm runs in three chains, so its adds do not hold up the row (a chain of ten
+// dependent adds a row would take longer than the row's loads).
+constexpr int kGroupVectors = 10;
+constexpr int kSumChains = 3;
 template <int NV>
 GN_CPU_INLINE void group_block_sums(const float* x, const float* dy, int64_t channels, int64_t HW, int64_t c,
                                     int64_t c_end, __m512 vm, __m512* sd, __m512* sb, __m512& sm) {
-  __mmask16 mask[NV];
-  __m512 smv[NV];
-#pragma GCC unroll 4
-  for (int j = 0; j < NV; ++j) {
-    mask[j] = first_lanes(c_end - (c + 16 * j));
-    sd[j] = sb[j] = smv[j] = _mm512_setzero_ps();
-  }
+  constexpr int kChains = NV < kSumChains ? NV : kSumChains;
+  const __mmask16 last = first_lanes(c_end - (c + 16 * (NV - 1)));
+  __m512 smv[kChains];
+#pragma GCC unroll 10
+  for (int j = 0; j < NV; ++j) sd[j] = sb[j] = _mm512_setzero_ps();
+#pragma GCC unroll 3
+  for (int j = 0; j < kChains; ++j) smv[j] = _mm512_setzero_ps();
   for (int64_t r = 0; r < HW; ++r) {
     const float* xr = x + r * channels + c;
     const float* gr = dy + r * channels + c;
-#pragma GCC unroll 4
+#pragma GCC unroll 10
     for (int j = 0; j < NV; ++j) {
-      const __m512 d = _mm512_maskz_sub_ps(mask[j], _mm512_maskz_loadu_ps(mask[j], xr + 16 * j), vm);
-      const __m512 g = _mm512_maskz_loadu_ps(mask[j], gr + 16 * j);
+      const __m512 d = j + 1 < NV ? _mm512_sub_ps(_mm512_loadu_ps(xr + 16 * j), vm)
+                                  : _mm512_maskz_sub_ps(last, _mm512_maskz_loadu_ps(last, xr + 16 * j), vm);
+      const __m512 g = j + 1 < NV ? _mm512_loadu_ps(gr + 16 * j) : _mm512_maskz_loadu_ps(last, gr + 16 * j);
       sd[j] = _mm512_fmadd_ps(g, d, sd[j]);
       sb[j] = _mm512_add_ps(sb[j], g);
-      smv[j] = _mm512_add_ps(smv[j], d);
+      smv[j % kChains] = _mm512_add_ps(smv[j % kChains], d);
     }
   }
   sm = smv[0];
-#pragma GCC unroll 4
-  for (int j = 1; j < NV; ++j) sm = _mm512_add_ps(sm, smv[j]);
+#pragma GCC unroll 3
+  for (int j = 1; j < kChains; ++j) sm = _mm512_add_ps(sm, smv[j]);
 }
 
 // dx = a dy + cx (x - m) + c1 for the same block, a = rstd w[c].
@@ -1351,20 +1357,28 @@ template <int NV>
 GN_CPU_INLINE void group_block_dx(const float* x, const float* dy, float* dx, int64_t channels, int64_t HW,
                                   int64_t c, int64_t c_end, __m512 vm, __m512 vr, const float* w, __m512 vcx,
                                   __m512 vc1) {
-  __mmask16 mask[NV];
+  const __mmask16 last = first_lanes(c_end - (c + 16 * (NV - 1)));
   __m512 va[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 10
   for (int j = 0; j < NV; ++j) {
-    mask[j] = first_lanes(c_end - (c + 16 * j));
-    va[j] = w != nullptr ? _mm512_mul_ps(vr, _mm512_maskz_loadu_ps(mask[j], w + c + 16 * j)) : vr;
+    va[j] = w == nullptr ? vr
+            : _mm512_mul_ps(vr, j + 1 < NV ? _mm512_loadu_ps(w + c + 16 * j)
+                                           : _mm512_maskz_loadu_ps(last, w + c + 16 * j));
   }
   for (int64_t r = 0; r < HW; ++r) {
     const int64_t row = r * channels + c;
-#pragma GCC unroll 4
+#pragma GCC unroll 10
     for (int j = 0; j < NV; ++j) {
-      const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask[j], x + row + 16 * j), vm);
-      const __m512 g = _mm512_maskz_loadu_ps(mask[j], dy + row + 16 * j);
-      _mm512_mask_storeu_ps(dx + row + 16 * j, mask[j], _mm512_fmadd_ps(va[j], g, _mm512_fmadd_ps(vcx, d, vc1)));
+      const float* xr = x + row + 16 * j;
+      const float* gr = dy + row + 16 * j;
+      if (j + 1 < NV) {
+        const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xr), vm);
+        _mm512_storeu_ps(dx + row + 16 * j, _mm512_fmadd_ps(va[j], _mm512_loadu_ps(gr), _mm512_fmadd_ps(vcx, d, vc1)));
+      } else {
+        const __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(last, xr), vm);
+        _mm512_mask_storeu_ps(dx + row + 16 * j, last,
+                              _mm512_fmadd_ps(va[j], _mm512_maskz_loadu_ps(last, gr), _mm512_fmadd_ps(vcx, d, vc1)));
+      }
     }
   }
 }
@@ -1376,7 +1390,7 @@ GN_CPU_INLINE void group_block_out(const __m512* sd, const __m512* sb, int64_t c
                                    double rd, const double* wd, double* ds, double* db, __m512d& s_acc,
                                    __m512d& b_acc) {
   const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
-#pragma GCC unroll 4
+#pragma GCC unroll 10
   for (int j = 0; j < NV; ++j) {
     const int64_t cj = c + 16 * j;
     const __mmask16 mask = first_lanes(c_end - cj);
@@ -1404,7 +1418,11 @@ GN_CPU_INLINE DxCoefficients group_dx_coefficients(double S0, double B, double d
 
 // One group of at most kGroupVectors vectors: its sums stay in registers until delta is known, and ds / db are
 // written once, final (written raw and read back to be shifted, the masked stores stalled the loads after them:
-// a tenth of the kernel at (32,1280,2,2)).
+// a tenth of the kernel at (32,1280,2,2)). With blocks of 4 vectors, groups of 65-160 channels went block by
+// block (two or three passes down the rows, raw sums written and shifted): operator, one thread, A/B in one build
+// (block width from the environment), 2-core AVX-512 machine, us, 4 -> 10 vectors: (16,4096,2,2) G32 97-102 ->
+// 80-85 (ATen 73-78), (16,1280,3,3) G16 50 -> 43 (42), (16,3072,3,3) G32 118-126 -> 109-120, (16,2560,8,8) G32
+// 1400-1540 -> 1160-1220 (2500-2700).
 template <int NV>
 GN_CPU_INLINE void group_one_block(const BackwardArgs<float>& p, const float* x, const float* dy, float* dx,
                                    int64_t c0, int64_t c_end, float m, float r, double inv_d, const double* wd,
@@ -1469,10 +1487,16 @@ GN_CPU_INLINE void with_block_vectors(int64_t channels, F&& f) {
     case 1: f(std::integral_constant<int, 1>{}); break;
     case 2: f(std::integral_constant<int, 2>{}); break;
     case 3: f(std::integral_constant<int, 3>{}); break;
-    default: f(std::integral_constant<int, 4>{});
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    default: f(std::integral_constant<int, 10>{});
   }
 }
-static_assert(kGroupVectors == 4, "with_block_vectors covers 1 .. kGroupVectors vectors");
+static_assert(kGroupVectors == 10, "with_block_vectors covers 1 .. kGroupVectors vectors");
 
 // Groups [g0, g0 + gw) of channels-last float32 sample n (use_group_kernel_f32), no activation. wd: the weights
 // in double (1 without weights). Groups of more than kGroupVectors vectors go block by block: raw sums written,
@@ -1552,31 +1576,32 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
   for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
   // Per sample, five zero-padded per-channel vectors: m, a, bias (read by both passes), cx, c1 (second pass), at
-  // k + which * cpad: one set per task on the whole-sample path (a zero-filled set per sample of the call was a
-  // twentieth of the backward of (128,128,3,2)), one per sample on the parted one.
+  // k + which * stride: one set per task on the whole-sample path, as wide as its chunk (a zero-filled set per
+  // sample of the call was a twentieth of the backward of (128,128,3,2)), one per sample on the parted one.
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
   std::vector<double> wd(static_cast<size_t>(channels), 1.0);  // the weights in double
   if (p.w) std::copy(p.w, p.w + channels, wd.begin());
   // Sample n's m, a and bias for its groups [g0, g0 + gw) (sample_constants of the forward, unfolded: its m, a,
   // b are these), at k[0, gw * cpg) of each.
-  auto fill_constants = [&](int64_t n, int64_t g0, int64_t gw, C* k) {
+  auto fill_constants = [&](int64_t n, int64_t g0, int64_t gw, C* k, int64_t stride) {
     const int64_t c0 = g0 * cpg;
     sample_constants<false>(p.mean + n * G + g0, p.rstd + n * G + g0, gw, cpg, p.w ? p.w + c0 : nullptr,
-                            p.bias ? p.bias + c0 : nullptr, k + kM * cpad, cpad);
+                            p.bias ? p.bias + c0 : nullptr, k + kM * stride, stride);
   };
   // The same groups' cx, c1, and their part of sample n's rows of ds and db, from their channel sums (ds, db, dm:
   // gw * cpg each).
-  auto fill_coefficients = [&](int64_t n, int64_t g0, int64_t gw, C* k, const double* ds, const double* db,
-                               const double* dm) {
+  auto fill_coefficients = [&](int64_t n, int64_t g0, int64_t gw, C* k, int64_t stride, const double* ds,
+                               const double* db, const double* dm) {
     const int64_t c0 = g0 * cpg;
     sample_coefficients(ds, db, dm, gw, cpg, HW, wd.data() + c0, p.rstd + n * G + g0, p.ds + n * channels + c0,
-                        p.db + n * channels + c0, k + kCx * cpad, k + kC1 * cpad);
+                        p.db + n * channels + c0, k + kCx * stride, k + kC1 * stride);
   };
   if (parts == 1) {
     // Whole samples, or chunks of their groups (chunks > 1, equal widths: the buffers' padding stays zero): each
     // task takes a chunk's constants, sums, coefficients and dx in a row, one parallel region with no serial step
     // between two (as forward_channels_last does).
     const int64_t gw = G / chunks, cw = gw * cpg;
+    const int64_t kpad = round_up(cw, Pack<T>::kWidth);  // (cpad without chunks)
     const bool group_rows = use_group_rows<T>(gw, cpg, HW);
     at::parallel_for(0, N * chunks, chunks > 1 ? 1 : grain, [&](int64_t first, int64_t last) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
@@ -1600,17 +1625,17 @@ void backward_channels_last(const BackwardArgs<T>& p) {
       double* const ds = sums.data();
       double* const db = ds + cw;
       double* const dm = db + cw;
-      std::vector<C> vecs(static_cast<size_t>(kVectors * cpad), C(0));
+      std::vector<C> vecs(static_cast<size_t>(kVectors * kpad), C(0));
       C* const k = vecs.data();
       for (int64_t it = first; it < last; ++it) {
         const int64_t n = it / chunks, g0 = (it % chunks) * gw, off = n * sample + g0 * cpg;
-        fill_constants(n, g0, gw, k);
-        channel_sums_rows<T, kAct>(p.x + off, p.dy + off, cw, channels, 0, HW, k + kM * cpad, k + kA * cpad,
-                                   k + kBias * cpad, p.act, ds, db, dm);
-        fill_coefficients(n, g0, gw, k, ds, db, dm);
+        fill_constants(n, g0, gw, k, kpad);
+        channel_sums_rows<T, kAct>(p.x + off, p.dy + off, cw, channels, 0, HW, k + kM * kpad, k + kA * kpad,
+                                   k + kBias * kpad, p.act, ds, db, dm);
+        fill_coefficients(n, g0, gw, k, kpad, ds, db, dm);
         if (p.dx) {
-          grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, 0, HW, k + kM * cpad,
-                                   k + kA * cpad, k + kBias * cpad, k + kCx * cpad, k + kC1 * cpad, p.act, stream);
+          grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, 0, HW, k + kM * kpad,
+                                   k + kA * kpad, k + kBias * kpad, k + kCx * kpad, k + kC1 * kpad, p.act, stream);
         }
       }
     });
@@ -1620,7 +1645,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // Item it's sums at sums[3 * it * channels]: ds, db, dm.
   std::vector<C> vecs(static_cast<size_t>(N * kVectors * cpad), C(0));
   auto vec = [&](int64_t n, int which) { return &vecs[(n * kVectors + which) * cpad]; };
-  for (int64_t n = 0; n < N; ++n) fill_constants(n, 0, G, vec(n, kM));
+  for (int64_t n = 0; n < N; ++n) fill_constants(n, 0, G, vec(n, kM), cpad);
   std::vector<double> sums(static_cast<size_t>(3 * items * channels));
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
@@ -1638,7 +1663,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
       const double* part = total + 3 * j * channels;
       for (int64_t c = 0; c < 3 * channels; ++c) total[c] += part[c];
     }
-    fill_coefficients(n, 0, G, vec(n, kM), total, total + channels, total + 2 * channels);
+    fill_coefficients(n, 0, G, vec(n, kM), cpad, total, total + channels, total + 2 * channels);
   }
   if (!p.dx) return;
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {

@@ -940,28 +940,32 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     const int64_t gw = G / chunks, cpg = channels / G, cw = gw * cpg;
     // (Grain 1: group_chunks has found the work worth the threads, and chunks that even out their shares.)
     const bool group_rows = use_group_rows<T>(gw, cpg, HW);
+    // A chunk's constants are cw wide (a whole number of packs: group_chunks keeps chunks to whole cache lines).
+    // Sized for the whole sample, zero-filled, they were a memset as large as the chunk's input at (4,1280,4,4)
+    // float32 at 16 threads (20 KB a task).
+    const int64_t kpad = round_up(cw, Pack<T>::kWidth);
     at::parallel_for(0, N * chunks, 1, [&](int64_t first, int64_t last) {
       std::vector<double> sums(static_cast<size_t>(group_rows ? 3 * round_up(gw, kStatBatch) : 3 * cw));
-      std::vector<C> k(static_cast<size_t>(4 * cpad), C(0));  // m, a, b, then pivots
+      std::vector<C> k(static_cast<size_t>(4 * kpad), C(0));  // m, a, b, then pivots
       for (int64_t it = first; it < last; ++it) {
         const int64_t n = it / chunks, g0 = (it % chunks) * gw, c0 = g0 * cpg;
         const T* xs = x + n * sample + c0;
         if (group_rows) {
           group_rows_constants<fold>(xs, channels, HW, gw, cpg, eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr,
-                                     mean_out + n * G + g0, rstd_out + n * G + g0, k.data(), cpad, sums.data());
+                                     mean_out + n * G + g0, rstd_out + n * G + g0, k.data(), kpad, sums.data());
         } else {
-          channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * cpad, sums.data(), sums.data() + cw,
+          channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * kpad, sums.data(), sums.data() + cw,
                        sums.data() + 2 * cw);
           samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, bounds.data(), 1, cw, gw, 1,
                                   eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
-                                  rstd_out + n * G + g0, k.data(), cpad);
+                                  rstd_out + n * G + g0, k.data(), kpad);
         }
         if (HW <= kColumnsMaxRows) {
-          normalize_columns<fold>(xs, y + n * sample + c0, cw, channels, HW, k.data(), k.data() + cpad,
-                                  k.data() + 2 * cpad, ep);
+          normalize_columns<fold>(xs, y + n * sample + c0, cw, channels, HW, k.data(), k.data() + kpad,
+                                  k.data() + 2 * kpad, ep);
         } else {
-          normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + cpad,
-                               k.data() + 2 * cpad, ep);
+          normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + kpad,
+                               k.data() + 2 * kpad, ep);
         }
       }
     });
