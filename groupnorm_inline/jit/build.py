@@ -9,11 +9,11 @@ archs, and whose lock file hangs every later import when a build is killed):
   processes; after taking it we look again, because another process may have finished the build while
   we waited;
 * every build compiles in a fresh `attempt-<pid>-<random>` subfolder, and only the finished library is
-  moved up into the build directory (the subfolder keeps the sources, for the line info of profilers): the compilers of a killed build outlive it (ninja starts each
-  command in a process group of its own, so killing the Python process and its group leaves them
-  running) and keep writing objects by path into their own attempt folder, never into the next build's;
-  a killed `load_inline`'s `lock` file stays in its abandoned attempt folder, which the next builder
-  removes;
+  moved up into the build directory (the subfolder keeps the sources, for the line info of profilers):
+  the compilers of a killed build outlive it (ninja starts each command in a process group of its own,
+  so killing the Python process and its group leaves them running) and keep writing objects by path
+  into their own attempt folder, never into the next build's; a killed `load_inline`'s `lock` file
+  stays in its abandoned attempt folder, which the next builder removes;
 * a finished build is recorded in a manifest, `build_info.json`, with the library's size and sha256
   (`manifest.py`); later processes check the library against it and load it, or, when it is damaged
   (truncated by a full disk, a partial copy of the cache) or the manifest is missing or corrupt, rebuild it
