@@ -255,11 +255,13 @@ def test_backward_of_many_short_channels(shape, groups, dtype, affine, num_threa
 
 
 # Channels-last samples of at most 64 rows, groups of >= 8 channels: float32 without an activation takes the
-# group-by-group AVX-512 kernel (backward_group_rows_f32); other dtypes the general path. Pairs of 8-channel groups
-# (with an odd group left over), one to ten vectors a group with a partial last one (100 and 130 channels: 7 and 9),
-# ten full vectors (160), groups of two blocks (170: 160 + 10 channels; 512), one row, 64 rows, and a large mean.
-GROUP_KERNEL_SHAPES = [((3, 1280, 2, 2), 32), ((2, 48, 3, 5), 6), ((2, 16, 4, 4), 2), ((2, 200, 3, 3), 2),
-                       ((2, 520, 2, 3), 4), ((4, 72, 8, 8), 3), ((2, 144, 1, 1), 9), ((5, 36, 3, 3), 3),
+# group-by-group AVX-512 kernel (backward_group_rows_f32); other dtypes the general path. Pairs of groups of 8, 24,
+# 40, 56 and 72 channels (1, 3, 5, 7, 9 vectors a pair; with an odd group left over at 8, 24 and 72), one to ten
+# vectors a group with a partial last one (100 and 130 channels: 7 and 9), ten full vectors (160), groups of two
+# blocks (170: 160 + 10 channels; 512), one row, 64 rows, and a large mean.
+GROUP_KERNEL_SHAPES = [((3, 1280, 2, 2), 32), ((2, 48, 3, 5), 6), ((2, 40, 3, 3), 5), ((2, 16, 4, 4), 2),
+                       ((2, 200, 3, 3), 2), ((2, 520, 2, 3), 4), ((4, 72, 8, 8), 3), ((2, 112, 3, 3), 2),
+                       ((2, 216, 2, 3), 3), ((2, 144, 1, 1), 9), ((5, 36, 3, 3), 3),
                        ((2, 320, 3, 3), 2), ((2, 340, 2, 3), 2), ((1, 1024, 3, 1), 2),
                        ((2, 64, 2, 2, 2), 2), ((2, 768, 4, 4), 24)]  # (last: 3 chunks of groups at 3 threads)
 

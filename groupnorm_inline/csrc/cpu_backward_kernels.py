@@ -1440,46 +1440,105 @@ GN_CPU_INLINE void group_one_block(const BackwardArgs<float>& p, const float* x,
   group_block_dx<NV>(x, dy, dx, p.channels, p.HW, c0, c_end, vm, vr, p.w, k.cx, k.c1);
 }
 
-// Two groups of 8 channels as one vector (lanes 0-7 group g, 8-15 group g + 1): the halves reduce apart (their
-// double conversions are per half anyway). One group a vector left half of every lane idle: (32,256,4,4) 53 us
-// against ATen's 37; paired, 35.5.
+// Two groups of 8 NV channels each (NV odd: groups of 8, 24, 40, ... channels) as NV whole vectors: vectors
+// [0, H) are group A's, vector H = NV / 2 holds A's last 8 channels (lanes 0-7) and B's first 8 (lanes 8-15),
+// vectors (H, NV) are B's. Every 8-lane half belongs to one group, so the double conversions (per half anyway)
+// and the group sums split cleanly. One group at a time left the last vector half idle: (32,256,4,4) G32 (8
+// channels) 53 us against ATen's 37, paired 35.5. Operator, one thread, 2-core AVX-512 machine, builds
+// alternated, one group at a time -> pairs (us, ATen in brackets): (32,768,4,4) G32 (24 channels) 95-97 -> 70-71
+// (80-88), (32,1280,4,4) G32 (40) 131-141 -> 110-115 (123-142), (16,1792,3,3) G32 (56) 63-64 -> 55-57 (57-58),
+// (8,2304,4,4) G32 (72) 61-64 -> 55-57 (55-59).
+template <int NV>
 GN_CPU_INLINE void group_pair(const BackwardArgs<float>& p, const float* x, const float* dy, float* dx, int64_t c0,
                               const float* mean, const float* rstd, double inv_d, const double* wd, double* ds_row,
                               double* db_row) {
-  const int64_t channels = p.channels, HW = p.HW;
+  static_assert(NV % 2 == 1, "a pair of groups of 8 NV channels each fills NV vectors only for odd NV");
+  constexpr int H = NV / 2;
   constexpr __mmask16 kHigh = 0xFF00;
-  const __m512 vm = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(mean[0]), _mm512_set1_ps(mean[1]));
-  const __m512 vr = _mm512_mask_blend_ps(kHigh, _mm512_set1_ps(rstd[0]), _mm512_set1_ps(rstd[1]));
-  __m512 sd = _mm512_setzero_ps(), sb = sd, sm = sd;
-  for (int64_t r = 0; r < HW; ++r) {
-    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + r * channels + c0), vm);
-    const __m512 g = _mm512_loadu_ps(dy + r * channels + c0);
-    sd = _mm512_fmadd_ps(g, d, sd);
-    sb = _mm512_add_ps(sb, g);
-    sm = _mm512_add_ps(sm, d);
-  }
-  const __m512d sd_h[2] = {low_pd(sd), high_pd(sd)}, sb_h[2] = {low_pd(sb), high_pd(sb)};
-  const __m512d sm_h[2] = {low_pd(sm), high_pd(sm)};
-  DxCoefficients k[2];  // (broadcast: the halves blended below)
-  for (int h = 0; h < 2; ++h) {
-    const int64_t c = c0 + 8 * h;
-    const double rd = static_cast<double>(rstd[h]), delta = _mm512_reduce_add_pd(sm_h[h]) * inv_d;
-    _mm512_storeu_pd(ds_row + c, _mm512_mul_pd(_mm512_fnmadd_pd(_mm512_set1_pd(delta), sb_h[h], sd_h[h]),
-                                               _mm512_set1_pd(rd)));
-    _mm512_storeu_pd(db_row + c, sb_h[h]);
-    const __m512d w = _mm512_loadu_pd(wd + c);
-    k[h] = group_dx_coefficients(_mm512_reduce_add_pd(_mm512_mul_pd(w, sd_h[h])),
-                                 _mm512_reduce_add_pd(_mm512_mul_pd(w, sb_h[h])), delta, rd, inv_d);
-  }
-  if (dx == nullptr) return;
-  const __m512 vcx = _mm512_mask_blend_ps(kHigh, k[0].cx, k[1].cx), vc1 = _mm512_mask_blend_ps(kHigh, k[0].c1, k[1].c1);
-  const __m512 va = p.w != nullptr ? _mm512_mul_ps(vr, _mm512_loadu_ps(p.w + c0)) : vr;
+  const int64_t channels = p.channels, HW = p.HW;
+  // Per vector j: group A's value, B's, or A's in lanes 0-7 and B's in 8-15 (j == H).
+  auto per_vector = [](int j, __m512 a, __m512 b) { return j < H ? a : j > H ? b : _mm512_mask_blend_ps(kHigh, a, b); };
+  const __m512 mA = _mm512_set1_ps(mean[0]), mB = _mm512_set1_ps(mean[1]);
+  const __m512 rA = _mm512_set1_ps(rstd[0]), rB = _mm512_set1_ps(rstd[1]);
+  __m512 sd[NV], sb[NV];
+  __m512 smA = _mm512_setzero_ps(), smB = smA, smH = smA;  // sums of x - m: A's vectors, B's, the shared one
+#pragma GCC unroll 9
+  for (int j = 0; j < NV; ++j) sd[j] = sb[j] = _mm512_setzero_ps();
   for (int64_t r = 0; r < HW; ++r) {
     const int64_t row = r * channels + c0;
-    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + row), vm);
-    _mm512_storeu_ps(dx + row, _mm512_fmadd_ps(va, _mm512_loadu_ps(dy + row), _mm512_fmadd_ps(vcx, d, vc1)));
+#pragma GCC unroll 9
+    for (int j = 0; j < NV; ++j) {
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + row + 16 * j), per_vector(j, mA, mB));
+      const __m512 g = _mm512_loadu_ps(dy + row + 16 * j);
+      sd[j] = _mm512_fmadd_ps(g, d, sd[j]);
+      sb[j] = _mm512_add_ps(sb[j], g);
+      if (j < H) smA = _mm512_add_ps(smA, d);
+      else if (j > H) smB = _mm512_add_ps(smB, d);
+      else smH = _mm512_add_ps(smH, d);
+    }
+  }
+  const double sum_a = static_cast<double>(_mm512_reduce_add_ps(smA)) + _mm512_reduce_add_pd(low_pd(smH));
+  const double sum_b = static_cast<double>(_mm512_reduce_add_ps(smB)) + _mm512_reduce_add_pd(high_pd(smH));
+  const double rd[2] = {static_cast<double>(rstd[0]), static_cast<double>(rstd[1])};
+  const double delta[2] = {sum_a * inv_d, sum_b * inv_d};
+  __m512d s_acc[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()}, b_acc[2] = {s_acc[0], s_acc[1]};
+#pragma GCC unroll 9
+  for (int j = 0; j < NV; ++j) {
+    const __m512d d_pd[2] = {low_pd(sd[j]), high_pd(sd[j])}, b_pd[2] = {low_pd(sb[j]), high_pd(sb[j])};
+    for (int h = 0; h < 2; ++h) {
+      const int grp = j < H || (j == H && h == 0) ? 0 : 1;
+      const int64_t c = c0 + 16 * j + 8 * h;
+      _mm512_storeu_pd(ds_row + c, _mm512_mul_pd(_mm512_fnmadd_pd(_mm512_set1_pd(delta[grp]), b_pd[h], d_pd[h]),
+                                                 _mm512_set1_pd(rd[grp])));
+      _mm512_storeu_pd(db_row + c, b_pd[h]);
+      const __m512d w = _mm512_loadu_pd(wd + c);
+      s_acc[grp] = _mm512_fmadd_pd(w, d_pd[h], s_acc[grp]);
+      b_acc[grp] = _mm512_fmadd_pd(w, b_pd[h], b_acc[grp]);
+    }
+  }
+  if (dx == nullptr) return;
+  DxCoefficients k[2];
+  for (int q = 0; q < 2; ++q) {
+    k[q] = group_dx_coefficients(_mm512_reduce_add_pd(s_acc[q]), _mm512_reduce_add_pd(b_acc[q]), delta[q], rd[q],
+                                 inv_d);
+  }
+  __m512 va[NV];
+#pragma GCC unroll 9
+  for (int j = 0; j < NV; ++j) {
+    const __m512 r = per_vector(j, rA, rB);
+    va[j] = p.w != nullptr ? _mm512_mul_ps(r, _mm512_loadu_ps(p.w + c0 + 16 * j)) : r;
+  }
+  const __m512 cxH = per_vector(H, k[0].cx, k[1].cx), c1H = per_vector(H, k[0].c1, k[1].c1);
+  const __m512 mH = per_vector(H, mA, mB);
+  for (int64_t r = 0; r < HW; ++r) {
+    const int64_t row = r * channels + c0;
+#pragma GCC unroll 9
+    for (int j = 0; j < NV; ++j) {
+      const __m512 m = j < H ? mA : j > H ? mB : mH;
+      const __m512 cx = j < H ? k[0].cx : j > H ? k[1].cx : cxH;
+      const __m512 c1 = j < H ? k[0].c1 : j > H ? k[1].c1 : c1H;
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + row + 16 * j), m);
+      _mm512_storeu_ps(dx + row + 16 * j,
+                       _mm512_fmadd_ps(va[j], _mm512_loadu_ps(dy + row + 16 * j), _mm512_fmadd_ps(cx, d, c1)));
+    }
   }
 }
+
+// Calls f(std::integral_constant<int, NV>) for NV = cpg / 8 where groups of cpg channels pair up into whole
+// vectors (cpg = 8, 24, 40, 56, 72: NV odd, at most kPairVectors); returns false (f not called) otherwise.
+constexpr int kPairVectors = 9;
+template <typename F>
+GN_CPU_INLINE bool with_pair_vectors(int64_t cpg, F&& f) {
+  switch (cpg) {
+    case 8: f(std::integral_constant<int, 1>{}); return true;
+    case 24: f(std::integral_constant<int, 3>{}); return true;
+    case 40: f(std::integral_constant<int, 5>{}); return true;
+    case 56: f(std::integral_constant<int, 7>{}); return true;
+    case 72: f(std::integral_constant<int, 9>{}); return true;
+    default: return false;
+  }
+}
+static_assert(kPairVectors == 9, "with_pair_vectors covers groups of up to 8 kPairVectors channels");
 
 // Calls f(std::integral_constant<int, NV>) for NV = the vectors of a block of `channels` (1 .. kGroupVectors).
 template <typename F>
@@ -1511,9 +1570,11 @@ inline void backward_group_rows_f32(const BackwardArgs<float>& p, int64_t n, int
   const double inv_d = 1.0 / static_cast<double>(cpg * HW);
   constexpr int64_t kBlock = 16 * kGroupVectors;
   int64_t g = g0;
-  if (cpg == 8) {
-    for (; g + 2 <= g0 + gw; g += 2) group_pair(p, s.x, s.dy, s.dx, g * cpg, mean + g, rstd + g, inv_d, wd, s.ds, s.db);
-  }
+  with_pair_vectors(cpg, [&](auto nv) {
+    for (; g + 2 <= g0 + gw; g += 2) {
+      group_pair<decltype(nv)::value>(p, s.x, s.dy, s.dx, g * cpg, mean + g, rstd + g, inv_d, wd, s.ds, s.db);
+    }
+  });
   if (cpg <= kBlock) {
     with_block_vectors(cpg, [&](auto nv) {
       constexpr int NV = decltype(nv)::value;
