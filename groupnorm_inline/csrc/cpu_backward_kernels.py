@@ -1383,26 +1383,33 @@ GN_CPU_INLINE void group_block_dx(const float* x, const float* dy, float* dx, in
   }
 }
 
-// A block's per-channel sums into the double rows ds / db (raw when delta is not known yet: delta = 0 and rd = 1,
-// else final: (sd - delta sb) rd), and w sd, w sb added into the group's double accumulators.
+// The sums of 8 channels from c (the lanes in `lanes`; d = sum dy (x - m), b = sum dy, as doubles) into the double
+// rows ds / db: raw when delta is not known yet (delta = 0, rd = 1), else final, (d - delta b) rd; and w d, w b
+// added into their group's double accumulators. Both group kernels write their sums through it, 8 lanes at a time:
+// the double conversions come in halves anyway, and a pair's shared vector has a group in each half.
+GN_CPU_INLINE void half_sums_out(__mmask8 lanes, int64_t c, __m512d d, __m512d b, double delta, double rd,
+                                 const double* wd, double* ds, double* db, __m512d& s_acc, __m512d& b_acc) {
+  const __m512d final_d = _mm512_mul_pd(_mm512_fnmadd_pd(_mm512_set1_pd(delta), b, d), _mm512_set1_pd(rd));
+  _mm512_mask_storeu_pd(ds + c, lanes, final_d);
+  _mm512_mask_storeu_pd(db + c, lanes, b);
+  const __m512d w = _mm512_maskz_loadu_pd(lanes, wd + c);
+  s_acc = _mm512_fmadd_pd(w, d, s_acc);
+  b_acc = _mm512_fmadd_pd(w, b, b_acc);
+}
+
+// A block's per-channel sums (channels [c, c_end), NV vectors) through half_sums_out into one group's accumulators.
 template <int NV>
 GN_CPU_INLINE void group_block_out(const __m512* sd, const __m512* sb, int64_t c, int64_t c_end, double delta,
                                    double rd, const double* wd, double* ds, double* db, __m512d& s_acc,
                                    __m512d& b_acc) {
-  const __m512d vdelta = _mm512_set1_pd(delta), vrd = _mm512_set1_pd(rd);
 #pragma GCC unroll 10
   for (int j = 0; j < NV; ++j) {
     const int64_t cj = c + 16 * j;
     const __mmask16 mask = first_lanes(c_end - cj);
-    const __mmask8 half[2] = {static_cast<__mmask8>(mask & 0xFF), static_cast<__mmask8>(mask >> 8)};
-    const __m512d d_pd[2] = {low_pd(sd[j]), high_pd(sd[j])}, b_pd[2] = {low_pd(sb[j]), high_pd(sb[j])};
-    for (int h = 0; h < 2; ++h) {
-      _mm512_mask_storeu_pd(ds + cj + 8 * h, half[h], _mm512_mul_pd(_mm512_fnmadd_pd(vdelta, b_pd[h], d_pd[h]), vrd));
-      _mm512_mask_storeu_pd(db + cj + 8 * h, half[h], b_pd[h]);
-      const __m512d w = _mm512_maskz_loadu_pd(half[h], wd + cj + 8 * h);
-      s_acc = _mm512_fmadd_pd(w, d_pd[h], s_acc);
-      b_acc = _mm512_fmadd_pd(w, b_pd[h], b_acc);
-    }
+    half_sums_out(static_cast<__mmask8>(mask & 0xFF), cj, low_pd(sd[j]), low_pd(sb[j]), delta, rd, wd, ds, db,
+                  s_acc, b_acc);
+    half_sums_out(static_cast<__mmask8>(mask >> 8), cj + 8, high_pd(sd[j]), high_pd(sb[j]), delta, rd, wd, ds, db,
+                  s_acc, b_acc);
   }
 }
 
@@ -1487,13 +1494,8 @@ GN_CPU_INLINE void group_pair(const BackwardArgs<float>& p, const float* x, cons
     const __m512d d_pd[2] = {low_pd(sd[j]), high_pd(sd[j])}, b_pd[2] = {low_pd(sb[j]), high_pd(sb[j])};
     for (int h = 0; h < 2; ++h) {
       const int grp = j < H || (j == H && h == 0) ? 0 : 1;
-      const int64_t c = c0 + 16 * j + 8 * h;
-      _mm512_storeu_pd(ds_row + c, _mm512_mul_pd(_mm512_fnmadd_pd(_mm512_set1_pd(delta[grp]), b_pd[h], d_pd[h]),
-                                                 _mm512_set1_pd(rd[grp])));
-      _mm512_storeu_pd(db_row + c, b_pd[h]);
-      const __m512d w = _mm512_loadu_pd(wd + c);
-      s_acc[grp] = _mm512_fmadd_pd(w, d_pd[h], s_acc[grp]);
-      b_acc[grp] = _mm512_fmadd_pd(w, b_pd[h], b_acc[grp]);
+      half_sums_out(0xFF, c0 + 16 * j + 8 * h, d_pd[h], b_pd[h], delta[grp], rd[grp], wd, ds_row, db_row,
+                    s_acc[grp], b_acc[grp]);
     }
   }
   if (dx == nullptr) return;
