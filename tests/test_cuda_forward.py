@@ -557,9 +557,9 @@ def test_forced_plan_errors():
 def test_streamed_plan_takes_large_parts():
     """Slices of 8 MB in float32 and 4 MB in bfloat16 (the #35 kind, parts of 512 / 256 KB per CTA) take the
     one-read streamed plan on Hopper; parts under 256 KB that the resident plan cannot hold (3.5 MB slices),
-    slices whose L2 tails would not fit half the L2 (32 MB slices), and slices too few for two per resident
-    cluster (one round of the persistent clusters), stay with a plan that reads twice what it cannot hold (split,
-    fused, or held where the tensor is within ~4x the GPU's shared memory)."""
+    slices whose L2 tails would not fit half the L2 (32 MB slices), and slices too few for 16 per resident
+    cluster (one round of the persistent clusters, or 4.6), stay with a plan that reads twice what it cannot
+    hold (split, fused, or held where the tensor is within ~4x the GPU's shared memory)."""
     if not _is_hopper():
         pytest.skip("sm_90+ only")
     x = torch.empty(16, 64, 512, 512, device="cuda")
@@ -571,3 +571,6 @@ def test_streamed_plan_takes_large_parts():
     assert plan_kind(forward_plan(big_slices, 8))[0] in ("split", "fused"), forward_plan(big_slices, 8)
     one_round = torch.empty(8, 64, 38555, device="cuda")  # 8 slices of 9.9 MB, about one per resident cluster
     assert plan_kind(forward_plan(one_round, 1))[0] in ("split", "fused", "held"), forward_plan(one_round, 1)
+    # 32 slices of 8 MB: under 16 rounds of the resident clusters (7 of 16 CTAs on an H100 or H200)
+    few_rounds = torch.empty(1, 128, 1024, 1024, device="cuda", dtype=torch.float16)
+    assert plan_kind(forward_plan(few_rounds, 32))[0] in ("split", "fused", "held"), forward_plan(few_rounds, 32)

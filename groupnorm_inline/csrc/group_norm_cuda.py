@@ -13,7 +13,7 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             CTAs share an SM and one CTA's loads overlap another's stores. A tensor within L2 that would
             need 16-CTA clusters does not take it (kSplitOverClusterOf16MaxTensorOfL2).
   streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2,
-            at least two slices per resident cluster: persistent clusters hold each CTA's part in registers,
+            at least 16 slices per resident cluster: persistent clusters hold each CTA's part in registers,
             shared memory (bulk async copies) and L2 across the exchange. One HBM read.
             (group_norm_streamed_cuda.py; #35 in every dtype)
   held      tensors up to ~4x the GPU's shared memory that neither of the above takes (few large slices,

@@ -43,6 +43,7 @@ constexpr int kStreamThreads = 512;
 constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 registers for 16-byte vectors)
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
 constexpr int64_t kStreamMinPartBytes = 256 * 1024;  // smaller parts: not measured (see above)
+constexpr int64_t kStreamMinRounds = 16;                // slices per resident cluster (see try_launch_streamed)
 // Phase trace (plan option trace=1; the diagnostics operator group_norm_streamed_trace): thread 0 of every
 // CTA stamps %globaltimer at these points of its first kTraceRounds rounds.
 constexpr int kTraceRounds = 256;
@@ -395,11 +396,15 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
     if (!opt.forced && static_cast<int64_t>(g.part) * static_cast<int64_t>(sizeof(T)) < kStreamMinPartBytes)
       return false;
-    // Persistence pays where a cluster refills with its next slice while it writes the last: at least two
-    // slices per resident cluster. With one round every cluster loads, then exchanges, then writes, and the
-    // split plan (all SMs streaming both reads) was faster (H200, benchmarks/plan_check.py --rows one-round:
-    // (8,64,38555) G1 fp32 streamed 0.112 ms, split 0.071; (1,32,564,606) G4 fp16 0.042, 0.029).
-    if (!opt.forced && pr.slices < 2 * g.clusters) return false;
+    // Persistence pays where a cluster refills with its next slice while it writes the last, and where the
+    // first round (nothing to overlap yet) and a last round that leaves clusters idle are a small share of
+    // all: at least kStreamMinRounds slices per resident cluster. With one round every cluster loads, then
+    // exchanges, then writes, and the split plan (all SMs streaming both reads) was faster (H200,
+    // benchmarks/plan_check.py --rows one-round: (8,64,38555) G1 fp32 streamed 0.112 ms, split 0.071;
+    // (1,32,564,606) G4 fp16 0.042, 0.029); with 4.6 rounds too ((1,128,1024,1024) G32 fp16, 32 slices on 7
+    // clusters, --rows held: streamed 0.250 ms without weight and bias, split 0.229 with them). #35 makes 128
+    // rounds: streamed 5.39 ms, split 5.60 (float32, same H200 run).
+    if (!opt.forced && pr.slices < kStreamMinRounds * g.clusters) return false;
     if (pr.plan) {
       *pr.plan = "streamed: " + std::to_string(g.clusters) + " persistent clusters of " + std::to_string(g.cluster) +
                  " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
