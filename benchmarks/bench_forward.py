@@ -143,25 +143,35 @@ def main(argv: list[str] | None = None) -> int:
     def out_of_time() -> bool:
         return args.time_limit is not None and time.monotonic() - started > args.time_limit
 
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = output_stem(args.out, info)
+
+    def write_tables() -> str:
+        """The CSV and markdown table of every row so far (rewritten after each row: a run stopped from outside,
+        a device call's time limit say, keeps what it measured)."""
+        table = markdown_table(info, runner.records)
+        write_csv(stem.with_suffix(".csv"), info, runner.records)
+        stem.with_suffix(".md").write_text(table + "\n")
+        return table
+
     limit_note = f"skipped: past the suite's time limit of {args.time_limit} s"
     for case, directions in planned:
         if out_of_time():
             runner.skip_row(case, directions, limit_note)
-        elif directions == ("forward",):
+            continue
+        if directions == ("forward",):
             runner.forward_row(case)
         else:
             runner.training_row(case, directions)
+        write_tables()
     for key, model_kwargs in problem_rows:
         if out_of_time():
             progress.message(f"{key}: {limit_note}")
             continue
         runner.problem_row(key, model_kwargs)
+        write_tables()
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = output_stem(args.out, info)
-    table = markdown_table(info, runner.records)
-    write_csv(stem.with_suffix(".csv"), info, runner.records)
-    stem.with_suffix(".md").write_text(table + "\n")
+    table = write_tables()
     print(table)
     written = [stem.with_suffix(".csv"), stem.with_suffix(".md")]
     try:  # the chart is the one part that needs matplotlib: without it, the numbers are still kept

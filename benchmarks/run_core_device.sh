@@ -7,6 +7,7 @@
 # Steps:
 #   tests      pytest -m cuda of the core op's GPU tests (backward, forward, channels-last, activations);
 #              $TESTS_K narrows it (pytest -k)
+#   fwdtests   pytest -m cuda of tests/test_cuda_forward.py alone (the NCHW forward plans, automatic and forced)
 #   bwdcheck   benchmarks/check_backward_gpu.py: gradients against float64 with poisoned outputs, then ours /
 #              eager / torch.compile backward timings
 #   bwdpaths   the backward's long-row paths side by side, call by call: benchmarks/backward_path_check.py (row,
@@ -84,6 +85,9 @@ for step in "$@"; do
         timeout 500 "$PYTHON" -m pytest tests/test_backward.py tests/test_cuda_forward.py \
             tests/test_channels_last_cuda.py tests/test_activations.py -m cuda -q -p no:cacheprovider --tb=short \
             ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -n 40 | tee "$OUT/pytest-core-cuda.txt" ;;
+    fwdtests)
+        timeout 300 "$PYTHON" -m pytest tests/test_cuda_forward.py -m cuda -q -p no:cacheprovider --tb=short \
+            ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -n 20 | tee "$OUT/pytest-cuda-forward.txt" ;;
     bwdcheck)
         timeout 500 "$PYTHON" benchmarks/check_backward_gpu.py --out "$OUT" 2>&1 | tail -n 40 ;;
     bwdpaths)

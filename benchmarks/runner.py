@@ -202,6 +202,8 @@ class SuiteRunner:
                         records["ours"].note = _join(records["ours"].note, "outside allclose of eager")
                     ours_out = None  # compared with everything it is compared with: free it for compile's output
                 record.correct = "yes" if ok and record.correct != "no" else "no"
+                self.progress.step(f"{provider.name} max err {record.max_abs_err:.1e} against float64: "
+                                   + ("ok" if record.correct == "yes" else "OUTSIDE THE TOLERANCE"))
                 del out
             except Exception as error:  # noqa: BLE001
                 record.correct = "no"
@@ -256,6 +258,8 @@ class SuiteRunner:
                     grads, x, weight, bias, dy, case.groups, EPS)
                 record.correct, record.max_abs_err = ("yes" if ok else "no"), dx_err
                 record.note = _join(record.note, problem)
+                self.progress.step(f"{provider.name} dx max err {dx_err:.1e} against float64: "
+                                   + ("ok" if ok else "OUTSIDE THE TOLERANCE"))
                 del grads
             except Exception as error:  # noqa: BLE001
                 record.correct = "no"
