@@ -31,7 +31,7 @@ FEW_SLICE = [
     ((1, 128, 512, 512), 32, torch.float16, torch.contiguous_format),
     ((2, 320, 128, 128), 32, torch.float16, torch.channels_last),
 ]
-# The channels-last rows of a few MB whose single launch sits at 2-2.6x the copy (README, channels-last forward).
+# The channels-last rows of a few MB whose single launch sits at 2-2.6x the copy (benchmarks/NOTES.md, channels-last forward).
 CHANNELS_LAST = [
     ((2, 640, 64, 64), 32, torch.float16, torch.channels_last),
     ((1, 320, 64, 64), 32, torch.float16, torch.channels_last),

@@ -32,7 +32,7 @@ single launch, whose time goes to the statistics pass's loads (fewer CTAs per SM
 to the two grid-wide barriers. Larger inputs (kPartial): the same grid as kL2, each thread holding its first rows
 in the shared memory its SM's CTAs leave free, so the second read (the rows not held, the ones read last) needs
 L2 to keep less of x (of a 64 MB input L2 served ~15 MB of the second read on an H100, by ncu): kernel 74.1 ->
-62.2 us at (1, 128, 512, 512) fp16 on an H200, 40.5 -> 35.3 at (8, 320, 64, 64) fp32 (README, "Large
+62.2 us at (1, 128, 512, 512) fp16 on an H200, 40.5 -> 35.3 at (8, 320, 64, 64) fp32 (benchmarks/NOTES.md, "Large
 channels-last inputs").
 
 Several samples (few tiles a sample): after the first grid barrier each CTA of cl_fused folds the partial sums of
@@ -59,7 +59,7 @@ split over a cluster of 2-16 CTAs, each holding its share of the rows and adding
 through distributed shared memory (the smallest cluster that fits). The tile width is the widest whose CTAs still
 cover every SM, else the narrowest. Why: the single cooperative launch spends ~2.3 us on its two grid
 barriers alone (benchmarks/micro/sync_costs.cu) and a finalize round trip through global memory on top, 12.1 us of
-kernel time at (64, 32, 16, 16) fp16 (a 1 MB input) on an H200, where cl_block takes 5.3 us (README, "Block plan").
+kernel time at (64, 32, 16, 16) fp16 (a 1 MB input) on an H200, where cl_block takes 5.3 us (benchmarks/NOTES.md, "Block plan").
 
 Traffic: x read twice (the second partly or wholly from L2), y written once; scratch is O(ctas * slots).
 Vector accesses are 16 bytes when C is a multiple of 16 bytes and x, y are 16-byte aligned, else scalar.

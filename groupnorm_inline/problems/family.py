@@ -184,7 +184,7 @@ def _direct_convolution(conv, x: torch.Tensor) -> bool:
     built for (CONV_DIRECT_SHAPES; the op itself runs PyTorch's 3-D convolution for others, which for a 2-D one
     would not be cuDNN's 2-D algorithm, so those keep the module's own call). It computes the float32 sums that
     cuDNN's NCHW algorithms compute for these few-channel inputs, faster at the shapes of #21, #23, #27, #83 and
-    #85 (README). Like the family operator it has no autograd: the problem modules are inference code."""
+    #85 (benchmarks/NOTES.md). Like the family operator it has no autograd: the problem modules are inference code."""
     # (A forward convolution, told by its attributes: an export may not name torch.nn layers.)
     dims = len(conv.kernel_size)
     if dims not in (2, 3) or x.dim() != dims + 2 or conv.transposed:
