@@ -57,6 +57,9 @@ FLAGGED_ROWS = [
     # seed 3 (H200, 2026-11-29): a small channels-last training step, and a fused SiLU on 256 slices of 66 floats
     ((2, 20, 118, 121), 2, torch.float32, True, None, "train"),
     ((8, 32, 11, 6), 32, torch.float32, False, "silu", "fwd"),
+    # seeds 5 and 6 (H200, 2026-12-02): two training steps of tensors under 150 KB
+    ((2, 96), 32, torch.float32, False, None, "train"),
+    ((1, 64, 1123), 32, torch.bfloat16, False, None, "train"),
 ]
 LOG: list[str] = []
 
