@@ -4,8 +4,8 @@
     python examples/quickstart.py --shape 32 256 64 64 --groups 32 --dtype bfloat16
 
 `GroupNorm` is a drop-in for `nn.GroupNorm`: same constructor, same parameters, same `state_dict`. The first
-run on a machine compiles the kernels (about a minute with CUDA on 2 cores); later runs load them from the
-cache in well under a second.
+run on a machine compiles the kernels (about 12 minutes with CUDA on 2 cores, 3.5 without); later runs load them
+from the cache in well under a second.
 
 On the GPU the times are medians of CUDA-event timings, L2 flushed before each call; on the CPU (no GPU
 visible) a smaller default shape and wall-clock medians are used, and the script says so.

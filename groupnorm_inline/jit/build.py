@@ -225,7 +225,7 @@ def _compile(p: BuildPlan) -> Path:
     what = p.spec.description or p.spec.name
     target = f"CUDA (archs {', '.join(p.archs)}) + C++" if p.with_cuda else "C++ (CPU only)"
     # Measured: the C++ alone ~1 minute on 2 cores; with CUDA ~4 minutes on 16 cores, ~8 on 2 (sm_90).
-    expect = "several minutes (once; later imports load it)" if p.with_cuda else "about a minute (once)"
+    expect = "several minutes (once; later imports load it)" if p.with_cuda else "a few minutes (once; later imports load it)"
     print(f"[groupnorm_inline] building {what}: {target} into {p.directory}; this takes {expect}",
           file=sys.stderr, flush=True)
     start = time.monotonic()
