@@ -295,8 +295,10 @@ def test_channels_last_backward_of_few_rows_in_chunks_of_groups(threads, poisone
 
 
 # Channels-last samples past 256 K elements, fewer than the threads: at 16 threads each is cut into 16 parts of
-# rows (their sums merged, then normalised in a second region; chunks of groups are for samples up to 256 K
-# elements, group_chunks), a mean far from 0 in two of them.
+# rows (chunks of groups are for samples up to 256 K elements, group_chunks), a mean far from 0 in two of them. The
+# forward's parts sum each group about one pivot shared by all parts, then normalise in a second region; the
+# backward's parts give group sums for the dx coefficients and, in the second region, each adds a share of the
+# channels' parameter sums: checked with and without weights and with the parameter gradients alone (no dx).
 LARGE_CL_SAMPLES = [((1, 1280, 17, 23), 32, 0.5), ((1, 256, 40, 40), 32, 1e3), ((1, 256, 4, 20, 20), 16, -7.0)]
 
 
@@ -311,6 +313,8 @@ def test_large_channels_last_samples_at_many_threads(shape, groups, mean, dtype,
     check_forward_cpu(x, groups, w, b, "none", what)
     check_forward_cpu(x, groups, w, b, "silu", what)
     check_backward_cpu(x, groups, w, b, "none", what)
+    check_backward_cpu(x, groups, None, None, "gelu", what + " no affine")
+    check_parameter_grads_alone(x, groups, w, b, what)
 
 
 def check_parameter_grads_alone(x, groups, w, b, what):

@@ -769,35 +769,33 @@ inline void touch_pages(T* y, int64_t len) {
   for (int64_t off = 0; off < n; off += 4096) *reinterpret_cast<volatile char*>(bytes + off) = 0;
 }
 
-// Group g's sums about one pivot q (its first channel's in the first part), from the channel sums of the sample's
-// parts (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1])): sum (x - q) = s1 + rows d and
-// sum (x - q)^2 = s2 + 2 d s1 + rows d^2 with d = p - q, p the part's pivot. Every pivot is a value of the group, so
-// d is of the order of the group's spread and nothing cancels. Whole vectors of channels go into vector sums (in
-// order, one dependent add per channel, they were a third of the forward of samples of 40 channels and 8 rows),
-// the rest into scalar ones.
-inline void group_sums(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
-                       int64_t channels, int64_t g, int64_t cpg, double* q_out, double* t1_out, double* t2_out) {
+// One part's share of group sums about the pivot q: the part's channels [first, last) (their pivots p and sums
+// s1, s2 about p over `rows` rows, see channel_sums) as sums about q: sum (x - q) = s1 + rows d and
+// sum (x - q)^2 = s2 + 2 d s1 + rows d^2 with d = p - q. Whole vectors of channels go into the vector sums v1, v2
+// (in order, one dependent add per channel, they were a third of the forward of samples of 40 channels and 8 rows),
+// the rest into the scalar ones t1, t2.
+inline void add_part_sums(const double* pivot, const double* s1, const double* s2, double rows, int64_t first,
+                          int64_t last, double q, Vectorized<double>& v1, Vectorized<double>& v2, double& t1,
+                          double& t2) {
   using V = Vectorized<double>;
   constexpr int64_t L = V::size();
-  const double q = pivot[g * cpg];
-  V v1(0.0), v2(0.0);
-  double t1 = 0, t2 = 0;
-  for (int64_t j = 0; j < parts; ++j) {
-    const double rows = static_cast<double>(bounds[j + 1] - bounds[j]);
-    const V vq(q), vrows(rows), two(2.0);
-    const int64_t first = j * channels + g * cpg, last = first + cpg;
-    int64_t c = first;
-    for (; c + L <= last; c += L) {
-      const V d = V::loadu(pivot + c) - vq, a = V::loadu(s1 + c);
-      v1 = v1 + at::vec::fmadd(vrows, d, a);
-      v2 = v2 + at::vec::fmadd(d, at::vec::fmadd(vrows, d, two * a), V::loadu(s2 + c));
-    }
-    for (; c < last; ++c) {
-      const double d = pivot[c] - q;
-      t1 += s1[c] + rows * d;
-      t2 += s2[c] + d * (2 * s1[c] + rows * d);
-    }
+  const V vq(q), vrows(rows), two(2.0);
+  int64_t c = first;
+  for (; c + L <= last; c += L) {
+    const V d = V::loadu(pivot + c) - vq, a = V::loadu(s1 + c);
+    v1 = v1 + at::vec::fmadd(vrows, d, a);
+    v2 = v2 + at::vec::fmadd(d, at::vec::fmadd(vrows, d, two * a), V::loadu(s2 + c));
   }
+  for (; c < last; ++c) {
+    const double d = pivot[c] - q;
+    t1 += s1[c] + rows * d;
+    t2 += s2[c] + d * (2 * s1[c] + rows * d);
+  }
+}
+
+// The scalar sums t1, t2 plus the lanes of the vector sums v1, v2 (add_part_sums).
+inline void end_part_sums(const Vectorized<double>& v1, const Vectorized<double>& v2, double& t1, double& t2) {
+  constexpr int64_t L = Vectorized<double>::size();
   __at_align__ double lanes1[L];
   __at_align__ double lanes2[L];
   v1.store(lanes1);
@@ -806,6 +804,23 @@ inline void group_sums(const double* pivot, const double* s1, const double* s2, 
     t1 += lanes1[i];
     t2 += lanes2[i];
   }
+}
+
+// Group g's sums about one pivot q (its first channel's in the first part), from the channel sums of the sample's
+// parts (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1])), by add_part_sums. Every
+// pivot is a value of the group, so d = p - q is of the order of the group's spread and nothing cancels.
+inline void group_sums(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
+                       int64_t channels, int64_t g, int64_t cpg, double* q_out, double* t1_out, double* t2_out) {
+  using V = Vectorized<double>;
+  const double q = pivot[g * cpg];
+  V v1(0.0), v2(0.0);
+  double t1 = 0, t2 = 0;
+  for (int64_t j = 0; j < parts; ++j) {
+    const int64_t first = j * channels + g * cpg;
+    add_part_sums(pivot, s1, s2, static_cast<double>(bounds[j + 1] - bounds[j]), first, first + cpg, q, v1, v2, t1,
+                  t2);
+  }
+  end_part_sums(v1, v2, t1, t2);
   *q_out = q;
   *t1_out = t1;
   *t2_out = t2;
@@ -1067,22 +1082,70 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     });
     return;
   }
-  // Samples cut into parts (fewer samples than threads): the parts' sums, each sample's constants, then the parts'
-  // normalisation. Per (item, channel): the pivot and the shifted sums of channel_sums.
-  std::vector<double> ppivot(static_cast<size_t>(items * channels)), ps1(ppivot.size()), ps2(ppivot.size());
+  // Samples cut into parts (fewer samples than threads): each part's channel sums and its share of the group sums,
+  // each sample's statistics and constants, then the parts' normalisation. Every part sums a group about the same
+  // pivot, the group's first value in the sample (row 0, channel g * cpg: the pivot group_sums takes, part 0's of
+  // that channel), so that the serial step between the two regions adds parts x G sums. (It added parts x channels
+  // x 3 per-channel sums that every part had written: 480 KB read by one thread at (1,1280,17,23) float32 with 16
+  // parts, 1.6x PyTorch's forward at 16 threads on the Xeon host of an H200.)
+  const int64_t cpg = channels / G;
+  std::vector<double> group_pivot(static_cast<size_t>(N * G));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      group_pivot[n * G + g] = static_cast<double>(static_cast<C>(x[n * sample + g * cpg]));
+    }
+  }
+  std::vector<double> part_sums(static_cast<size_t>(2 * items * G));  // item it's t1 at [2 it G], t2 G further
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     std::vector<C> pivot(static_cast<size_t>(cpad), C(0));
+    std::vector<double> sums(static_cast<size_t>(3 * channels));  // pivots, s1, s2 of the part's channels
+    const double* const s1 = sums.data() + channels;
+    const double* const s2 = s1 + channels;
     for (int64_t it = first; it < last; ++it) {
-      const int64_t lo = bounds[it % parts], hi = bounds[it % parts + 1];
-      if (fresh_output) touch_pages(y + (it / parts) * sample + lo * channels, (hi - lo) * channels);
-      channel_sums(x + (it / parts) * sample, channels, channels, lo, hi, pivot.data(), &ppivot[it * channels],
-                   &ps1[it * channels], &ps2[it * channels]);
+      const int64_t n = it / parts, lo = bounds[it % parts], hi = bounds[it % parts + 1];
+      if (fresh_output) touch_pages(y + n * sample + lo * channels, (hi - lo) * channels);
+      channel_sums(x + n * sample, channels, channels, lo, hi, pivot.data(), sums.data(), sums.data() + channels,
+                   sums.data() + 2 * channels);
+      double* const t1 = &part_sums[2 * it * G];
+      double* const t2 = t1 + G;
+      for (int64_t g = 0; g < G; ++g) {
+        Vectorized<double> v1(0.0), v2(0.0);
+        t1[g] = 0;
+        t2[g] = 0;
+        add_part_sums(sums.data(), s1, s2, static_cast<double>(hi - lo), g * cpg, (g + 1) * cpg,
+                      group_pivot[n * G + g], v1, v2, t1[g], t2[g]);
+        end_part_sums(v1, v2, t1[g], t2[g]);
+      }
     }
   });
+  // A sample's groups: its parts' sums added in part order, the statistics kStatBatch groups at a time (the pad
+  // lanes past N * G sum to 0 over a positive count: finite, not stored).
+  const int64_t padded = round_up(N * G, kStatBatch);
+  std::vector<double> t1(static_cast<size_t>(padded), 0.0), t2(t1.size(), 0.0), q(t1.size(), 0.0);
+  std::copy(group_pivot.begin(), group_pivot.end(), q.begin());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < parts; ++j) {
+      const double* const p1 = &part_sums[2 * (n * parts + j) * G];
+      for (int64_t g = 0; g < G; ++g) {
+        t1[n * G + g] += p1[g];
+        t2[n * G + g] += p1[G + g];
+      }
+    }
+  }
+  const double count = static_cast<double>(cpg * HW);
+  for (int64_t first = 0; first < N * G; first += kStatBatch) {
+    __at_align__ double mean[kStatBatch], rstd[kStatBatch];
+    batch_statistics(&q[first], &t1[first], &t2[first], count, eps, mean, rstd);
+    for (int64_t j = 0; j < std::min(kStatBatch, N * G - first); ++j) {
+      mean_out[first + j] = static_cast<C>(mean[j]);
+      rstd_out[first + j] = static_cast<C>(rstd[j]);
+    }
+  }
   // Per sample: m, a, b (cpad each), zero-padded.
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
-  samples_constants<fold>(ppivot.data(), ps1.data(), ps2.data(), bounds.data(), parts, channels, G, N, eps, w, b,
-                          mean_out, rstd_out, coef.data(), cpad);
+  for (int64_t n = 0; n < N; ++n) {
+    sample_constants<fold>(mean_out + n * G, rstd_out + n * G, G, cpg, w, b, &coef[n * 3 * cpad], cpad);
+  }
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
