@@ -177,7 +177,8 @@ def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
 # G, every chunk at least one pack of channels and whole cache lines wide) are cut by groups instead, each chunk
 # with its own statistics:
 # (3, 256, 6, 7) G8 at 2 threads (2 chunks of 128 channels) and 4 (4 of 64), (1, 512, 8, 8) G32 at 2 and 4 (at 3
-# no chunk count divides 32: parts of rows), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels). (N, C)
+# no count that evens out the threads divides 32: 2 chunks of 16 K elements, one thread idle, see
+# test_uneven_chunks_of_groups), the 5-D (3, 64, 4, 9, 10) G4 at 2 (chunks of 32 channels). (N, C)
 # inputs with one element a channel, (1, 40000) G1 and (2, 36000) G2: the backward's one-element-channel path with
 # its slices cut into 2-4 parts (sums in one parallel region, ds, db and dx in a second).
 SPLIT_SHAPES = [
@@ -292,6 +293,27 @@ def test_channels_last_backward_of_few_rows_in_chunks_of_groups(threads, poisone
     x = _input((5, 4096, 8, 8), torch.float32, torch.channels_last, seed=6)
     w, b = _params(4096, torch.float32, True)
     check_backward_cpu(x, 32, w, b, "none", "(5, 4096, 8, 8) G32 4 threads")
+
+
+# Fewer samples than threads and G below the chunk count that would even them out: chunks of at most 16 K elements
+# on at least half the threads rather than parts of rows (group_chunks). At 16 threads: (1,512,19,10) G8 in 8
+# chunks of one group, (3,256,16,16) G8 in 4 chunks a sample (12 tasks), (1,1024,8,8) G8; (1,256,32,32) G8 (32 K
+# elements a chunk) and (1,64,32,32) G8 (chunks narrower than a pack) stay parts of rows.
+UNEVEN_CHUNK_SHAPES = [((1, 512, 19, 10), 8), ((3, 256, 16, 16), 8), ((1, 1024, 8, 8), 8), ((1, 256, 32, 32), 8),
+                       ((1, 64, 32, 32), 8)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, groups", UNEVEN_CHUNK_SHAPES, ids=str)
+def test_uneven_chunks_of_groups(shape, groups, dtype, threads, poisoned_outputs):
+    threads(16)
+    x = _input(shape, dtype, torch.channels_last, mean=-20.0, std=2.0, seed=11)
+    w, b = _params(shape[1], dtype, True)
+    what = f"{shape} G={groups} {dtype} 16 threads"
+    check_forward_cpu(x, groups, w, b, "none", what)
+    check_forward_cpu(x, groups, w, b, "silu", what)
+    check_backward_cpu(x, groups, w, b, "none", what)
+    check_backward_cpu(x, groups, None, None, "leaky_relu", what + " no affine")
 
 
 # Channels-last samples past 256 K elements, fewer than the threads: at 16 threads each is cut into 16 parts of
