@@ -308,12 +308,18 @@ UNEVEN_CHUNK_SHAPES = [((1, 512, 19, 10), 8), ((3, 256, 16, 16), 8), ((1, 1024, 
 def test_uneven_chunks_of_groups(shape, groups, dtype, threads, poisoned_outputs):
     threads(16)
     x = _input(shape, dtype, torch.channels_last, mean=-20.0, std=2.0, seed=11)
-    w, b = _params(shape[1], dtype, True)
-    what = f"{shape} G={groups} {dtype} 16 threads"
+    check_forward_and_backward_cpu(x, groups, f"{shape} G={groups} {dtype} 16 threads", "leaky_relu")
+
+
+def check_forward_and_backward_cpu(x, groups, what, act_without_affine):
+    """Forward (plain and with SiLU) and backward with weights, and the backward of act_without_affine without
+    them, each against float64."""
+    w, b = _params(x.shape[1], x.dtype, True)
     check_forward_cpu(x, groups, w, b, "none", what)
     check_forward_cpu(x, groups, w, b, "silu", what)
     check_backward_cpu(x, groups, w, b, "none", what)
-    check_backward_cpu(x, groups, None, None, "leaky_relu", what + " no affine")
+    check_backward_cpu(x, groups, None, None, act_without_affine, what + " no affine")
+    return w, b
 
 
 # Channels-last samples past 256 K elements, fewer than the threads: at 16 threads each is cut into 16 parts of
@@ -330,12 +336,8 @@ def test_large_channels_last_samples_at_many_threads(shape, groups, mean, dtype,
     threads(16)
     fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     x = _input(shape, dtype, fmt, mean=mean, std=1.5, seed=8)
-    w, b = _params(shape[1], dtype, True)
     what = f"{shape} G={groups} {dtype} mean {mean} 16 threads"
-    check_forward_cpu(x, groups, w, b, "none", what)
-    check_forward_cpu(x, groups, w, b, "silu", what)
-    check_backward_cpu(x, groups, w, b, "none", what)
-    check_backward_cpu(x, groups, None, None, "gelu", what + " no affine")
+    w, b = check_forward_and_backward_cpu(x, groups, what, "gelu")
     check_parameter_grads_alone(x, groups, w, b, what)
 
 
