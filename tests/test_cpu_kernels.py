@@ -295,6 +295,28 @@ def test_channels_last_backward_of_few_rows_in_chunks_of_groups(threads, poisone
     check_backward_cpu(x, 32, w, b, "none", "(5, 4096, 8, 8) G32 4 threads")
 
 
+# Weight and bias as the kernels read them: half-precision ones widened to float a pack at a time with an element
+# tail (40 channels: one float16 pack of 32 and 8; 2056: 64 packs and 8), strided views (every other element of a
+# larger tensor whose gaps hold NaN: element by element) and float32 ones beside a half input (read in place).
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
+@pytest.mark.parametrize("param_kind", ["contiguous", "strided", "float32"])
+@pytest.mark.parametrize("channels", [40, 2056])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_parameters(dtype, channels, param_kind, memory_format, poisoned_outputs):
+    x = _input((2, channels, 3, 5), dtype, memory_format, seed=4)
+    w, b = _params(channels, dtype, True)
+    if param_kind == "strided":
+        w, b = (torch.stack([t, torch.full_like(t, float("nan"))], 1).reshape(-1)[::2] for t in (w, b))
+        assert w.stride() == (2,)
+    elif param_kind == "float32":
+        w, b = w.float(), b.float()
+    what = f"{dtype} {channels} channels, {param_kind} parameters, {memory_format}"
+    check_forward_cpu(x, 8, w, b, "none", what)
+    check_forward_cpu(x, 8, w, b, "silu", what)
+    if param_kind == "contiguous":  # (the backward's gradients take the parameters' dtype; checked as the input's)
+        check_backward_cpu(x, 8, w, b, "none", what)
+
+
 # Fewer samples than threads and G below the chunk count that would even them out: chunks of at most 16 K elements
 # on at least half the threads rather than parts of rows (group_chunks). At 16 threads: (1,512,19,10) G8 in 8
 # chunks of one group, (3,256,16,16) G8 in 4 chunks a sample (12 tasks), (1,1024,8,8) G8; (1,256,32,32) G8 (32 K
