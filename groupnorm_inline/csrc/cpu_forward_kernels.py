@@ -821,24 +821,36 @@ inline void end_part_sums(const Vectorized<double>& v1, const Vectorized<double>
   }
 }
 
-// Group g's sums about one pivot q (its first channel's in the first part), from the channel sums of the sample's
-// parts (pivot, s1, s2 of part j at [j * channels], rows [bounds[j], bounds[j + 1])), by add_part_sums. Every
-// pivot is a value of the group, so d = p - q is of the order of the group's spread and nothing cancels.
-inline void group_sums(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
-                       int64_t channels, int64_t g, int64_t cpg, double* q_out, double* t1_out, double* t2_out) {
+// Group g's sums about one pivot q, its first channel's, from the channel sums of `rows` rows (pivot, s1, s2 of
+// channel_sums), by add_part_sums (the parted path calls add_part_sums itself, with a pivot shared by its parts).
+// Every pivot is a value of the group, so d = p - q is of the order of the group's spread and nothing cancels.
+inline void group_sums(const double* pivot, const double* s1, const double* s2, double rows, int64_t g, int64_t cpg,
+                       double* q_out, double* t1_out, double* t2_out) {
   using V = Vectorized<double>;
   const double q = pivot[g * cpg];
   V v1(0.0), v2(0.0);
   double t1 = 0, t2 = 0;
-  for (int64_t j = 0; j < parts; ++j) {
-    const int64_t first = j * channels + g * cpg;
-    add_part_sums(pivot, s1, s2, static_cast<double>(bounds[j + 1] - bounds[j]), first, first + cpg, q, v1, v2, t1,
-                  t2);
-  }
+  add_part_sums(pivot, s1, s2, rows, g * cpg, (g + 1) * cpg, q, v1, v2, t1, t2);
   end_part_sums(v1, v2, t1, t2);
   *q_out = q;
   *t1_out = t1;
   *t2_out = t2;
+}
+
+// The mean and rstd of `groups` groups of `count` elements each from their sums about pivots (q, t1, t2: padded
+// with zeros to a whole number of kStatBatch), kStatBatch at a time by batch_statistics, into mean_out / rstd_out
+// in the compute type.
+template <typename C>
+void store_statistics(const double* q, const double* t1, const double* t2, int64_t groups, double count, double eps,
+                      C* mean_out, C* rstd_out) {
+  for (int64_t first = 0; first < groups; first += kStatBatch) {
+    __at_align__ double mean[kStatBatch], rstd[kStatBatch];
+    batch_statistics(q + first, t1 + first, t2 + first, count, eps, mean, rstd);
+    for (int64_t j = 0; j < std::min(kStatBatch, groups - first); ++j) {
+      mean_out[first + j] = static_cast<C>(mean[j]);
+      rstd_out[first + j] = static_cast<C>(rstd[j]);
+    }
+  }
 }
 
 // One sample's per-channel constants from its G groups' statistics (mean[g], rstd[g]): into k (3 * cpad, zero
@@ -877,18 +889,18 @@ void sample_constants(const C* mean, const C* rstd, int64_t G, int64_t cpg, cons
   }
 }
 
-// The group statistics and per-channel constants of `samples` consecutive channels-last samples, from the channel
-// sums of each one's parts (sample i's at pivot/s1/s2 + i * parts * channels, see group_sums): mean and rstd of
-// sample i's G groups into mean_out/rstd_out[i * G + g], its constants into k + i * 3 * cpad (see
+// The group statistics and per-channel constants of `samples` consecutive channels-last samples (or chunks of
+// groups) of `rows` rows, from their channel sums (sample i's at pivot/s1/s2 + i * channels, see group_sums): mean
+// and rstd of sample i's G groups into mean_out/rstd_out[i * G + g], its constants into k + i * 3 * cpad (see
 // sample_constants). The groups' statistics go kStatBatch at a time through batch_statistics, as double vectors:
 // one group at a time, each ended in a dependent chain of two divisions and a square root that the next sample's
 // work queued behind (a quarter of the forward of (64,40,2,4) G1 float32, one group a sample).
 template <bool FOLD, typename C>
-void samples_constants(const double* pivot, const double* s1, const double* s2, const int64_t* bounds, int64_t parts,
-                       int64_t channels, int64_t G, int64_t samples, double eps, const C* w, const C* b, C* mean_out,
-                       C* rstd_out, C* k, int64_t cpad) {
-  const int64_t cpg = channels / G, stride = parts * channels;
-  const double count = static_cast<double>(cpg * bounds[parts]);
+void samples_constants(const double* pivot, const double* s1, const double* s2, int64_t rows, int64_t channels,
+                       int64_t G, int64_t samples, double eps, const C* w, const C* b, C* mean_out, C* rstd_out, C* k,
+                       int64_t cpad) {
+  const int64_t cpg = channels / G, stride = channels;
+  const double count = static_cast<double>(cpg * rows);
   __at_align__ double q[kStatBatch] = {}, t1[kStatBatch] = {}, t2[kStatBatch] = {};
   __at_align__ double mean[kStatBatch], rstd[kStatBatch];
   int64_t i = 0, g = 0;  // the next group to sum: sample i, group g
@@ -896,8 +908,8 @@ void samples_constants(const double* pivot, const double* s1, const double* s2, 
     const int64_t batch = std::min(kStatBatch, samples * G - first);
     const int64_t i0 = i, g0 = g;
     for (int64_t j = 0; j < batch; ++j) {
-      group_sums(pivot + i * stride, s1 + i * stride, s2 + i * stride, bounds, parts, channels, g, cpg, &q[j], &t1[j],
-                 &t2[j]);
+      group_sums(pivot + i * stride, s1 + i * stride, s2 + i * stride, static_cast<double>(rows), g, cpg, &q[j],
+                 &t1[j], &t2[j]);
       if (++g == G) g = 0, ++i;
     }
     batch_statistics(q, t1, t2, count, eps, mean, rstd);
@@ -917,20 +929,12 @@ template <bool FOLD, typename T>
 void group_rows_constants(const T* x, int64_t stride, int64_t rows, int64_t G, int64_t cpg, double eps,
                           const compute_t<T>* w, const compute_t<T>* b, compute_t<T>* mean_out,
                           compute_t<T>* rstd_out, compute_t<T>* k, int64_t cpad, double* scratch) {
-  using C = compute_t<T>;
   const int64_t gpad = round_up(G, kStatBatch);
   double* q = scratch;
   double* t1 = q + gpad;
   double* t2 = t1 + gpad;
   group_sums_rows(x, stride, rows, G, cpg, q, t1, t2);
-  for (int64_t g0 = 0; g0 < G; g0 += kStatBatch) {
-    __at_align__ double mean[kStatBatch], rstd[kStatBatch];
-    batch_statistics(q + g0, t1 + g0, t2 + g0, static_cast<double>(cpg * rows), eps, mean, rstd);
-    for (int64_t j = 0; j < std::min(kStatBatch, G - g0); ++j) {
-      mean_out[g0 + j] = static_cast<C>(mean[j]);
-      rstd_out[g0 + j] = static_cast<C>(rstd[j]);
-    }
-  }
+  store_statistics(q, t1, t2, G, static_cast<double>(cpg * rows), eps, mean_out, rstd_out);
   sample_constants<FOLD>(mean_out, rstd_out, G, cpg, w, b, k, cpad);
 }
 
@@ -986,8 +990,8 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
         } else {
           channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * kpad, sums.data(), sums.data() + cw,
                        sums.data() + 2 * cw);
-          samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, bounds.data(), 1, cw, gw, 1,
-                                  eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
+          samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, HW, cw, gw, 1, eps,
+                                  w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
                                   rstd_out + n * G + g0, k.data(), kpad);
         }
         if (HW <= kColumnsMaxRows) {
@@ -1076,7 +1080,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
             channel_sums(x + n * sample, channels, channels, 0, HW, k.get() + 3 * batch * cpad,
                          pivots + i * channels, s1 + i * channels, s2 + i * channels);
           }
-          samples_constants<fold>(pivots, s1, s2, bounds.data(), 1, channels, G, count, eps, w, b, mean_out + n0 * G,
+          samples_constants<fold>(pivots, s1, s2, HW, channels, G, count, eps, w, b, mean_out + n0 * G,
                                   rstd_out + n0 * G, k.get(), cpad);
         }
         for (int64_t i = 0; i < count; ++i) {
@@ -1147,15 +1151,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       }
     }
   }
-  const double count = static_cast<double>(cpg * HW);
-  for (int64_t first = 0; first < N * G; first += kStatBatch) {
-    __at_align__ double mean[kStatBatch], rstd[kStatBatch];
-    batch_statistics(&q[first], &t1[first], &t2[first], count, eps, mean, rstd);
-    for (int64_t j = 0; j < std::min(kStatBatch, N * G - first); ++j) {
-      mean_out[first + j] = static_cast<C>(mean[j]);
-      rstd_out[first + j] = static_cast<C>(rstd[j]);
-    }
-  }
+  store_statistics(q.data(), t1.data(), t2.data(), N * G, static_cast<double>(cpg * HW), eps, mean_out, rstd_out);
   // Per sample: m, a, b (cpad each), zero-padded.
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
   for (int64_t n = 0; n < N; ++n) {
