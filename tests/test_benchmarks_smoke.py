@@ -84,8 +84,10 @@ def test_cpu_smoke_writes_csv_chart_and_table(tmp_path):
         ours = providers["ours"]
         assert ours["liger"] == liger["liger"], "every line of a row carries the row's Liger status"
         assert ours["correct"] == "yes", f"{key}: ours not correct: {ours['note']}"
-        # Forward outputs are O(1); bfloat16 gradients carry the roundings of y, dy and dx (2^-8 each).
-        limit = 6e-2 if direction != "forward" and ours["dtype"] == "bf16" else 2e-2
+        # Forward outputs are O(1). Gradients are not: with x ~ U[0, 1) (std 0.29, rstd 3.5), weight < 1.5 and
+        # |dy| up to 4, |dx| reaches 16-32, where one bfloat16 rounding is up to 2^-8 x 32 = 0.125 (the
+        # runner's own check is relative to the largest |dx|; this bound only catches a gross error).
+        limit = 0.125 if direction != "forward" and ours["dtype"] == "bf16" else 2e-2
         assert float(ours["max_abs_err"]) < limit, f"{key}: max_abs_err {ours['max_abs_err']}"
         assert ours["activation"] == ("silu" if row.endswith("+silu") else ""), (key, ours["activation"])
         assert ours["memory_format"] in ("channels_last", "channels_last_3d") if " CL" in row else \
