@@ -601,15 +601,17 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // AVX2 builds (no AVX-512: most laptops, AMD Zen 1-3), float32 data without an activation: NCHW slices whose
 // channels hold kMinRowAvx2 to kMaxRowAvx2 elements (2 to 8 vectors), whole. Through the per-channel steps
 // (channel_sums, then channel_grad_input: three 16-lane reductions and two out-of-line calls per channel) a
-// channel of 16 elements
-// cost ~130 instructions of sums and ~120 of dx: (64,512,4,4) G32 backward 9.3 M instructions per call against
-// PyTorch's 4.7 M, 1.6x its time at one thread (2-core AMD EPYC without AVX-512). Here, per slice:
+// channel of 16 elements cost ~130 instructions of sums and ~120 of dx: (64,512,4,4) G32 backward 9.3 M
+// instructions per call against PyTorch's 4.7 M, 1.6x its time at one thread (2-core AMD EPYC without AVX-512).
+// Here, per chunk of slices:
 //   sums  each channel's elements in 8-lane accumulators (d = x - m, dy * d, dy; a masked load for the last
-//         HW % 8), and 8 channels' three sums out of one hadd tree each (sums_of_eight) into ds / db;
-//   dx    over the slice's D contiguous elements in whole vectors, the per-element rstd * w[c] from a scratch row
-//         filled channel by channel with broadcasts (each channel's last vector spills into the next channel's
-//         elements, which that channel then overwrites), so no store is masked (a masked store is microcoded on
-//         AMD). Non-temporal stores where the output is large, as Pack::store_stream.
+//         HW % 8), and 8 channels' three sums (of one slice or several) out of one hadd tree each
+//         (sums_of_eight) into ds / db; blocks of 8 within a slice left groups of 2 channels ((64,64,8,8) G32)
+//         1.06-1.09x PyTorch's, the tree on 6 empty channels;
+//   dx    slice by slice over its D contiguous elements in whole vectors, the per-element rstd * w[c] from a
+//         scratch row filled channel by channel with broadcasts (each channel's last vector spills into the next
+//         channel's elements, which that channel then overwrites), so no store is masked (a masked store is
+//         microcoded on AMD). Non-temporal stores where the output is large, as Pack::store_stream.
 // Shorter channels keep backward_short_slice (scalar chains and one vector: the 8-channel tree and masked loads
 // gained nothing below 8 elements, 1 thread, 2-core AMD EPYC); longer ones the per-channel path, where the three
 // reductions are a small share of a channel and its two 16-lane chains per sum stream faster (HW 128-320 ran
@@ -625,26 +627,30 @@ GN_CPU_INLINE __m256 sums_of_eight(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-inline void backward_short_slice_avx2(const BackwardArgs<float>& p, int64_t s, float* a_row, bool stream) {
-  const int64_t G = p.G, cpg = p.channels / G, HW = p.HW, D = cpg * HW, n = s / G, c0 = (s % G) * cpg;
-  const float* xs = p.x + s * D;
-  const float* dys = p.dy + s * D;
-  const float m = p.mean[s], rstd = p.rstd[s];
-  const float* w = p.w ? p.w + c0 : nullptr;
-  double* ds_out = p.ds + n * p.channels + c0;
-  double* db_out = p.db + n * p.channels + c0;
-  const __m256 vm = _mm256_set1_ps(m), zero = _mm256_setzero_ps();
+// Slices [s0, s1) (a chunk that stays in L1 between the passes). Rows r = s * cpg + cl of the chunk are the
+// input's (n, c) = (r / C, r % C), so their sums land at p.ds + r, p.db + r, and blocks of 8 rows run across slice
+// boundaries (groups of fewer than 8 channels fill whole blocks). sm: (s1 - s0) * cpg doubles of scratch.
+inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, int64_t s1, double* sm_rows,
+                                     float* a_row, bool stream) {
+  const int64_t G = p.G, cpg = p.channels / G, HW = p.HW, D = cpg * HW;
+  const int64_t r0 = s0 * cpg, r1 = s1 * cpg;
+  const __m256 zero = _mm256_setzero_ps();
   const int64_t whole = HW / 8 * 8;
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(HW - whole)),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m256d dm_acc = _mm256_setzero_pd();
-  for (int64_t cb = 0; cb < cpg; cb += 8) {
+  for (int64_t rb = r0; rb < r1; rb += 8) {
     __m256 sd[8], sb[8], sm[8];
+    int64_t s = rb / cpg, cl = rb - s * cpg;
     for (int j = 0; j < 8; ++j) {
       sd[j] = sb[j] = sm[j] = zero;
-      if (cb + j >= cpg) continue;
-      const float* xc = xs + (cb + j) * HW;
-      const float* gc = dys + (cb + j) * HW;
+      if (rb + j >= r1) continue;
+      const __m256 vm = _mm256_set1_ps(p.mean[s]);
+      if (++cl == cpg) {
+        cl = 0;
+        ++s;
+      }
+      const float* xc = p.x + (rb + j) * HW;
+      const float* gc = p.dy + (rb + j) * HW;
       // Two chains per sum (a channel of 64 is 8 dependent additions of ~3-4 cycles each otherwise).
       __m256 d0 = zero, b0 = zero, m0 = zero, d1 = zero, b1 = zero, m1 = zero;
       int64_t i = 0;
@@ -677,47 +683,57 @@ inline void backward_short_slice_avx2(const BackwardArgs<float>& p, int64_t s, f
       sb[j] = _mm256_add_ps(b0, b1);
       sm[j] = _mm256_add_ps(m0, m1);
     }
-    const __m256 rd = sums_of_eight(sd), rb = sums_of_eight(sb), rm = sums_of_eight(sm);
-    const __m256d rm_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(rm));
-    const __m256d rm_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(rm, 1));
-    dm_acc = _mm256_add_pd(dm_acc, _mm256_add_pd(rm_lo, rm_hi));  // (lanes past cpg are 0)
-    if (cb + 8 <= cpg) {
-      _mm256_storeu_pd(ds_out + cb, _mm256_cvtps_pd(_mm256_castps256_ps128(rd)));
-      _mm256_storeu_pd(ds_out + cb + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(rd, 1)));
-      _mm256_storeu_pd(db_out + cb, _mm256_cvtps_pd(_mm256_castps256_ps128(rb)));
-      _mm256_storeu_pd(db_out + cb + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(rb, 1)));
+    const __m256 rd = sums_of_eight(sd), rb8 = sums_of_eight(sb), rm = sums_of_eight(sm);
+    if (rb + 8 <= r1) {
+      auto store8 = [](double* out, __m256 v) {
+        _mm256_storeu_pd(out, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        _mm256_storeu_pd(out + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+      };
+      store8(p.ds + rb, rd);
+      store8(p.db + rb, rb8);
+      store8(sm_rows + (rb - r0), rm);
     } else {
-      __at_align__ float d8[8], b8[8];
+      __at_align__ float d8[8], b8[8], m8[8];
       _mm256_store_ps(d8, rd);
-      _mm256_store_ps(b8, rb);
-      for (int64_t j = 0; cb + j < cpg; ++j) {
-        ds_out[cb + j] = static_cast<double>(d8[j]);
-        db_out[cb + j] = static_cast<double>(b8[j]);
+      _mm256_store_ps(b8, rb8);
+      _mm256_store_ps(m8, rm);
+      for (int64_t j = 0; rb + j < r1; ++j) {
+        p.ds[rb + j] = static_cast<double>(d8[j]);
+        p.db[rb + j] = static_cast<double>(b8[j]);
+        sm_rows[rb + j - r0] = static_cast<double>(m8[j]);
       }
     }
   }
-  __at_align__ double dm4[4];
-  _mm256_store_pd(dm4, dm_acc);
-  const double dm = (dm4[0] + dm4[1]) + (dm4[2] + dm4[3]);
-  const GroupCoefficients k = coefficients_of_sums(dm, cpg, D, w, static_cast<double>(rstd), ds_out, db_out);
-  if (!p.dx) return;
-  for (int64_t cl = 0; cl < cpg; ++cl) {
-    const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
-    float* const row = a_row + cl * HW;
-    for (int64_t i = 0; i < HW; i += 8) _mm256_storeu_ps(row + i, va);
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t c0 = (s % G) * cpg;
+    const float* w = p.w ? p.w + c0 : nullptr;
+    const float m = p.mean[s], rstd = p.rstd[s];
+    const double* sm_slice = sm_rows + (s - s0) * cpg;
+    double dm = 0;
+    for (int64_t cl = 0; cl < cpg; ++cl) dm += sm_slice[cl];
+    const GroupCoefficients k =
+        coefficients_of_sums(dm, cpg, D, w, static_cast<double>(rstd), p.ds + s * cpg, p.db + s * cpg);
+    if (!p.dx) continue;
+    for (int64_t cl = 0; cl < cpg; ++cl) {
+      const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
+      float* const row = a_row + cl * HW;
+      for (int64_t i = 0; i < HW; i += 8) _mm256_storeu_ps(row + i, va);
+    }
+    const float cx = static_cast<float>(k.coef_x), c1 = static_cast<float>(k.coef_1);
+    const __m256 vm = _mm256_set1_ps(m), vcx = _mm256_set1_ps(cx), vc1 = _mm256_set1_ps(c1);
+    const float* xs = p.x + s * D;
+    const float* dys = p.dy + s * D;
+    float* const dxs = p.dx + s * D;
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) {
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xs + i), vm);
+      const __m256 out =
+          _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), _mm256_loadu_ps(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
+      if (stream && reinterpret_cast<uintptr_t>(dxs + i) % kStreamAlign == 0) stream_vector(dxs + i, out);
+      else _mm256_storeu_ps(dxs + i, out);
+    }
+    for (; i < D; ++i) dxs[i] = std::fma(a_row[i], dys[i], std::fma(cx, xs[i] - m, c1));
   }
-  const float cx = static_cast<float>(k.coef_x), c1 = static_cast<float>(k.coef_1);
-  const __m256 vcx = _mm256_set1_ps(cx), vc1 = _mm256_set1_ps(c1);
-  float* const dxs = p.dx + s * D;
-  int64_t i = 0;
-  for (; i + 8 <= D; i += 8) {
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xs + i), vm);
-    const __m256 out =
-        _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), _mm256_loadu_ps(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
-    if (stream && reinterpret_cast<uintptr_t>(dxs + i) % kStreamAlign == 0) stream_vector(dxs + i, out);
-    else _mm256_storeu_ps(dxs + i, out);
-  }
-  for (; i < D; ++i) dxs[i] = std::fma(a_row[i], dys[i], std::fma(cx, xs[i] - m, c1));
 }
 #endif
 
@@ -1018,10 +1034,15 @@ void backward_nchw(const BackwardArgs<T>& p) {
 #endif
 #if defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float> && !kAct) {
-    if (HW >= kMinRowAvx2 && HW <= kMaxRowAvx2 && parts == 1) {  // backward_short_slice_avx2
+    if (HW >= kMinRowAvx2 && HW <= kMaxRowAvx2 && parts == 1) {  // backward_short_rows_avx2
+      // chunks of slices of at most 2048 elements (x and dy: 16 KB), as the AVX-512 kernel
+      const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         std::vector<float> a_row(static_cast<size_t>(D + 8));
-        for (int64_t s = first; s < last; ++s) backward_short_slice_avx2(p, s, a_row.data(), stream);
+        std::vector<double> sm_rows(static_cast<size_t>(std::min(chunk, last - first) * cpg));
+        for (int64_t s = first; s < last; s += chunk) {
+          backward_short_rows_avx2(p, s, std::min(last, s + chunk), sm_rows.data(), a_row.data(), stream);
+        }
         if (stream) stream_fence();
       });
       return;
