@@ -20,6 +20,8 @@ import torch
 from groupnorm_inline.jit import manifest
 from groupnorm_inline.problems import PROBLEMS
 
+from export_builds import export_build_environment, export_builds_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,13 +44,6 @@ def assert_one_line_error(proc, code, *fragments):
     assert len(lines) == 1, f"expected one line on stderr, got:\n{proc.stderr}"
     for fragment in fragments:
         assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-
-
-def export_builds_dir(tmp_path_factory) -> Path:
-    """One TORCH_EXTENSIONS_DIR per test session, shared with test_export: each export compiles once."""
-    path = tmp_path_factory.getbasetemp() / "kernelbench-builds"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 # ---------------------------------------------------------------- commands that never build
@@ -256,7 +251,7 @@ def test_eval_cpu_smoke_run_of_the_export(key, tmp_path, tmp_path_factory):
     result = tmp_path / "result.json"
     proc = run_cli("eval", key, "--device", "cpu", "--small", "--trials", "3", "--no-compile",
                    "--build-dir", str(export_builds_dir(tmp_path_factory)), "--json", str(result),
-                   cache_dir=tmp_path, timeout=1800)
+                   cache_dir=tmp_path, env_overrides=export_build_environment(key), timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "result: PASSED" in proc.stdout
     data = json.loads(result.read_text())

@@ -27,6 +27,8 @@ from groupnorm_inline.csrc.group_norm_cuda import GROUP_NORM_FORWARD_CUDA_TEMPLA
 from groupnorm_inline.jit import env, plan
 from groupnorm_inline.problems import PROBLEMS
 
+from export_builds import export_build_environment, export_builds_cuda, export_builds_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXPORTABLE = sorted(recipes.RECIPES)
 
@@ -36,13 +38,6 @@ def run_cli(*args, env_overrides=None, timeout=900):
     environ.update(env_overrides or {})
     return subprocess.run([sys.executable, "-m", "groupnorm_inline", *args], cwd=REPO_ROOT, env=environ,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def export_builds_dir(tmp_path_factory) -> Path:
-    """One TORCH_EXTENSIONS_DIR per test session, shared with test_cli: each export compiles once."""
-    path = tmp_path_factory.getbasetemp() / "kernelbench-builds"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 # ---------------------------------------------------------------- C++ text
@@ -581,7 +576,7 @@ def exported_run(request, tmp_path_factory):
     driver.write_text(_DRIVER)
     small = json.dumps(recipes.RECIPES[key].small_constants)
     package_module = f"groupnorm_inline.problems.{PROBLEMS[key].module}"
-    environ = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    environ = dict(os.environ, PYTHONPATH=str(REPO_ROOT), **export_build_environment(key))
     proc = subprocess.run([sys.executable, str(driver), str(reference), str(path), small,
                            str(export_builds_dir(tmp_path_factory)), package_module],
                           env=environ, capture_output=True, text=True, timeout=1800)
@@ -625,9 +620,15 @@ def test_export_leaves_reference_constants_alone(exported_run):
 
 
 def test_export_built_cuda_kernels(exported_run):
+    """CUDA kernels in the export's build exactly where they were asked for: always with a GPU, in
+    CUDA_EXPORT_KEY's without one; the others were built with GROUPNORM_INLINE_NO_CUDA=1, which they honour."""
     if not env.cuda_build_enabled():
         pytest.skip("no CUDA toolkit here, so the export built only its C++ kernels")
-    assert exported_run[1]["cuda_kernel"], "the export's build did not include its CUDA kernels"
+    key, r = exported_run
+    if export_builds_cuda(key):
+        assert r["cuda_kernel"], f"{key}: the export's build did not include its CUDA kernels"
+    else:
+        assert not r["cuda_kernel"], f"{key}: the export built CUDA kernels under GROUPNORM_INLINE_NO_CUDA=1"
 
 
 @pytest.mark.cuda
