@@ -2,13 +2,17 @@
 references built from PyTorch's own activation modules, the module form against nn.Sequential(nn.GroupNorm, act),
 opcheck and torch.compile with the activation arguments, and the errors a bad activation argument gets.
 
-Tolerances: the activation's derivative is at most ~1.1 in magnitude for every activation of the table, so an
-error of the normalised value passes through it at most ~unchanged; forward tolerances are the plain GroupNorm
-ones (tests/utils.TOLERANCES) plus the output's own rounding. Backward tolerances are scaled by the size of the
+Tolerances: the activation's derivative is at most 1.5 in magnitude for every activation of the table (hardswish
+at z = 3; gelu's ~1.13), so an error of the normalised value passes through it at most 1.5x amplified; forward
+tolerances are twice the plain GroupNorm ones with their conditioning term (tests/utils.group_norm_atol: groups of
+two elements whose variance is << eps have rstd ~ 1/sqrt(eps), and any float32 GroupNorm, PyTorch's too, is off
+by ~7e-5 there), which also covers the output's own rounding. Backward tolerances are scaled by the size of the
 reference gradient (float64 autograd of the same composite).
 """
 
 from __future__ import annotations
+
+import zlib
 
 import pytest
 import torch
@@ -17,7 +21,7 @@ from torch import nn
 
 from groupnorm_inline import GroupNorm, group_norm, group_norm_with_stats
 from groupnorm_inline.csrc.group_norm_cpu import OP_NAMESPACE
-from utils import TOLERANCES, assert_bitwise_equal, assert_close_report
+from utils import TOLERANCES, assert_bitwise_equal, assert_close_report, group_norm_atol
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
@@ -55,7 +59,8 @@ def _ops():
 
 
 def _input(shape, dtype, memory_format, device, requires_grad=False):
-    gen = torch.Generator().manual_seed(hash((shape, str(dtype))) % 2**31)
+    # A seed of the case's own, the same in every process (hash() of a str is salted per process).
+    gen = torch.Generator().manual_seed(zlib.crc32(repr((shape, str(dtype))).encode()))
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 1.7 + 0.3).to(dtype)
     x = x.to(device).contiguous(memory_format=memory_format)
     return x.requires_grad_(requires_grad)
@@ -88,8 +93,9 @@ def test_forward(shape, groups, memory_format, name, params, module, dtype, devi
     assert_bitwise_equal(x, x_before, "input")
     assert out.dtype == dtype and out.shape == x.shape
     assert out.is_contiguous(memory_format=memory_format), f"output strides {out.stride()} lost {memory_format}"
-    atol, rtol = TOLERANCES[dtype]
-    assert_close_report(out, _reference(x, groups, w, b, 1e-5, module), 2 * atol, 2 * rtol, f"{name} output")
+    _, rtol = TOLERANCES[dtype]
+    atol = 2 * group_norm_atol(x, groups, w, b, 1e-5)
+    assert_close_report(out, _reference(x, groups, w, b, 1e-5, module), atol, 2 * rtol, f"{name} output")
     # mean/rstd are the input's statistics, untouched by the activation.
     _, mean0, rstd0 = group_norm_with_stats(x, groups, w, b, 1e-5)
     assert torch.equal(mean, mean0) and torch.equal(rstd, rstd0)
