@@ -170,6 +170,37 @@ def test_odd_sizes(shape, groups, memory_format, dtype, poisoned_outputs):
         check_backward_cpu(x, groups, w, b, "silu", what)
 
 
+# Groups of one element (C == G, HW == 1) on each backward path: rows of up to 8192 channels (the channels-last
+# kernels), longer rows (NCHW, one-element channels), a 4-D channels-last input, and rows cut into parts (one sample
+# alone has one value per group, which F.group_norm refuses in training).
+SINGLE_ELEMENT_GROUP_SHAPES = [
+    ((16, 64), torch.contiguous_format),
+    ((3, 16, 1, 1), torch.channels_last),
+    ((2, 9000), torch.contiguous_format),
+    ((2, 36000), torch.contiguous_format),
+]
+
+
+@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, memory_format", SINGLE_ELEMENT_GROUP_SHAPES, ids=str)
+def test_single_element_groups_have_zero_grad_input(shape, memory_format, dtype, activation):
+    """x is its own group's mean, the normalised value 0: dx is exactly 0 whatever rstd (1/sqrt(eps) here) and the
+    activation; PyTorch's float32 kernel leaves the rounding of rstd * w * dy there (up to ~2.4e-4 for dy ~ N(0, 1)).
+    The parameter gradients still match float64 autograd (dw = 0, db = the activation's grad)."""
+    x = _input(shape, dtype, memory_format)
+    w, b = _params(shape[1], dtype, True)
+    what = f"{shape} G={shape[1]} {dtype} {memory_format}"
+    name, params, _ = ACTIVATIONS[activation]
+    leaf = x.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+    grad = torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(dtype)
+    out = group_norm(leaf, shape[1], w, b, 1e-5, activation=name, activation_params=params)
+    (dx,) = torch.autograd.grad(out, [leaf], grad)
+    assert dx.stride() == x.stride(), f"{what}: grad_input strides {dx.stride()} != input's {x.stride()}"
+    assert torch.equal(dx, torch.zeros_like(dx)), f"{what}: grad_input is not exactly 0, max |dx| {dx.abs().max()}"
+    check_backward_cpu(x, shape[1], w, b, activation, what)
+
+
 # Few slices (NCHW) or few samples (channels-last) beside several threads: the kernels cut each slice / sample into
 # parts (at least 4096 elements each, when there are at least 32768 elements in all) whose moments and sums are
 # merged. (shape, groups, memory format); 1, 3 and 5 units against 2, 3 and 4 threads. Channels-last samples whose

@@ -729,7 +729,7 @@ inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, i
       const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xs + i), vm);
       const __m256 out =
           _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), _mm256_loadu_ps(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
-      if (stream && reinterpret_cast<uintptr_t>(dxs + i) % kStreamAlign == 0) stream_vector(dxs + i, out);
+      if (stream && (reinterpret_cast<uintptr_t>(dxs + i) & (kStreamAlign - 1)) == 0) stream_vector(dxs + i, out);
       else _mm256_storeu_ps(dxs + i, out);
     }
     for (; i < D; ++i) dxs[i] = std::fma(a_row[i], dys[i], std::fma(cx, xs[i] - m, c1));

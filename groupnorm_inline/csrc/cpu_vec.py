@@ -149,7 +149,9 @@ struct Pack {
   // alignment does not allow it, and for Half and BFloat16 data (see stream_vector).
   GN_CPU_INLINE void store_stream(T* p) const {
     if constexpr (kStreamAlign != 0 && !kConverts) {
-      if (reinterpret_cast<uintptr_t>(p) % kStreamAlign == 0) {
+      // A mask, not `% kStreamAlign`: gcc diagnoses the division by zero of the portable build (kStreamAlign 0)
+      // even inside this discarded branch.
+      if ((reinterpret_cast<uintptr_t>(p) & (kStreamAlign - 1)) == 0) {
         stream_vector(p, lo);
         stream_vector(p + kVec, hi);
         return;
