@@ -318,16 +318,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
   double* const ds = backward_scratch(static_cast<size_t>(2 * N * C + 2 * C), per_call);
   double* const db = ds + N * C;
   double* const param_grads = db + N * C;
+  // Groups of one element (C == G, HW == 1): x is its group's mean, so the normalised value is 0 and so is dx,
+  // exactly; the kernels' a * dy + (c1 = -a * dy) would leave the rounding of a * dy, up to ~2.4e-4 at rstd
+  // 1/sqrt(eps) (PyTorch's float32 too). dx is zero-filled after them and they skip it.
+  const bool single_element_groups = C / G * HW == 1;
   if (output_mask[0]) gn_cpu::advise_huge_pages(dx.mutable_data_ptr(), static_cast<int64_t>(dx.nbytes()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cpu", [&] {
     using C_t = gn_cpu::compute_t<scalar_t>;
     gn_cpu::BackwardArgs<scalar_t> args;
     args.x = x.const_data_ptr<scalar_t>();
     args.dy = dy.const_data_ptr<scalar_t>();
-    // Groups of one element (C == G, HW == 1): x is its group's mean, so the normalised value is 0 and so is dx,
-    // exactly; the kernels' a * dy + (c1 = -a * dy) would leave the rounding of a * dy, up to ~2.4e-4 at rstd
-    // 1/sqrt(eps) (PyTorch's float32 too). dx is zero-filled below and the kernels skip it.
-    const bool single_element_groups = C / G * HW == 1;
     args.dx = output_mask[0] && !single_element_groups ? dx.mutable_data_ptr<scalar_t>() : nullptr;
     args.mean = mean_c.const_data_ptr<C_t>();
     args.rstd = rstd_c.const_data_ptr<C_t>();
@@ -362,7 +362,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cpu(
       run(std::true_type{});
     }
   });
-  if (output_mask[0] && C / G * HW == 1) dx.zero_();
+  if (output_mask[0] && single_element_groups) dx.zero_();
   if (output_mask[1] || output_mask[2]) {
     write_param_grads(ds, db, N, C, param_grads, output_mask[1] ? &dw : nullptr, output_mask[2] ? &dbias : nullptr);
   }
