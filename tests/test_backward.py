@@ -166,6 +166,29 @@ def test_long_row_paths_match_float64(shape, num_groups, dtype, path, monkeypatc
     assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} path {path}")
 
 
+# Groups of one element (C == G and HW == 1): x is its group's mean, the normalised value 0, so grad_input is 0
+# exactly, whatever rstd (1/sqrt(eps) here); PyTorch's float32 kernels leave the rounding of rstd * w * dy (~1e-4).
+# NCHW (N, C) and (N, C, 1, 1) inputs, and a channels-last (N, C, 1, 1) one; on CUDA the short path.
+SINGLE_ELEMENT_GROUP_CASES = [((16, 64), "contiguous"), ((3, 40, 1, 1), "channels_last"), ((2, 9000), "contiguous")]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, layout", SINGLE_ELEMENT_GROUP_CASES, ids=str)
+def test_single_element_groups_grad_input_is_zero(shape, layout, dtype, device):
+    x = make_input(shape, dtype, device)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    weight, bias = make_params(shape[1], "affine", dtype, device)
+    grad_out = torch.randn(shape, dtype=torch.float64).to(device, dtype)
+    what = f"{shape} G={shape[1]} {dtype} {layout} on {device}"
+    ours, _ = our_grads(x, shape[1], weight, bias, grad_out)
+    dx = ours["input"]
+    assert dx.stride() == x.stride(), f"{what}: grad_input strides {dx.stride()} != input's {x.stride()}"
+    assert torch.equal(dx, torch.zeros_like(dx)), f"{what}: grad_input not exactly 0, max |dx| {dx.abs().max()}"
+    assert_grads_close(x, shape[1], weight, bias, grad_out, what)
+
+
 # The parameter gradients add N x splits partials per channel over a CTA of `cc` channels and 256 / cc item lanes
 # (parameter_grads_block): few channels and many samples take cc < 32 and a multi-level lane tree, on every path
 # that produces them (row, resident, and channels-last, whose CTAs have a thread count that is not a power of two

@@ -1107,12 +1107,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward_cuda(
   const at::Tensor b = with_bias ? readable(*bias) : at::Tensor();
   at::Tensor dw_acc = output_mask[1] ? (in_place(pdt) ? dw : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
   at::Tensor db_acc = output_mask[2] ? (in_place(pdt) ? dbias : at::empty({C}, input.options().dtype(acc))) : at::Tensor();
-  at::Tensor dx_out = output_mask[0] ? dx : at::Tensor();  // in the input's layout (allocate_backward_outputs)
+  // Groups of one element (C == G, HW == 1): the normalised value is 0 and so is dx, exactly; the kernels'
+  // a * dy + coef_x * (x - m) + coef_1 would leave the rounding of a * dy there (as the CPU kernels did). The
+  // kernels skip dx (they only compute the parameter gradients) and it is zero-filled.
+  const bool single_element_groups = C / num_groups * (input.numel() / (input.size(0) * C)) == 1;
+  // in the input's layout (allocate_backward_outputs)
+  at::Tensor dx_out = output_mask[0] && !single_element_groups ? dx : at::Tensor();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(input.get_device()).stream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_backward_cuda", [&] {
     if (channels_last) run_backward_channels_last<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
     else run_backward<scalar_t>(x, dy, w, b, m, r, num_groups, dx_out, dw_acc, db_acc, act, stream);
   });
+  if (output_mask[0] && single_element_groups) dx.zero_();
   if (output_mask[1] && !in_place(pdt)) dw.copy_(dw_acc);
   if (output_mask[2] && !in_place(pdt)) dbias.copy_(db_acc);
   return {dx, dw, dbias};
