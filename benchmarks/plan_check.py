@@ -82,8 +82,8 @@ CASES = [
     ("resident", (3, 8, 100, 100), 2), ("resident", (2, 64, 40, 40), 8),
     ("streamed", (3, 8, 100, 100), 2),          # whole part in shared memory
     ("streamed", (5, 6, 37, 20), 3),            # parts of 96 elements, the last one shorter
-    ("streamed", (3, 10, 4), 1),                # D = 40: trailing cluster ranks own nothing
-    ("streamed", (200, 4, 32, 32), 2),          # 400 slices: many per persistent cluster
+    ("streamed", (3, 10, 4), 1),                # D = 40: trailing ranks own nothing
+    ("streamed", (200, 4, 32, 32), 2),          # 400 slices: many per persistent group
     (STREAMED_FORCED_SMALL, (4, 8, 256, 256), 2),
     (STREAMED_FORCED_SMALL, (33, 6, 128, 129), 3),
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),   # mostly L2 tail
@@ -98,10 +98,14 @@ CASES = [
     ("held:held_kb=2", (1, 4, 300, 300), 1),           # one slice of many items: folded once, two grid barriers
     ("held", (2, 6, 999, 1001), 3),                    # D odd: element-wise (VEC 1)
     ("auto", (16, 64, 512, 512), 8),
+    ("streamed:cluster=16", (200, 4, 32, 32), 2),      # thread-block clusters (the automatic plan takes groups)
+    ("streamed:groups=8", (200, 4, 32, 32), 2),        # no clusters: sums through global memory, many rounds
+    ("streamed:groups=2", (9, 8, 300, 300), 2),        # > 32 CTAs per slice
+    ("streamed:groups=7,smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),  # vectors straddle channels, L2 tails
 ]
 # The cases --small runs (for compute-sanitizer): two small, two streamed, one forced-small streamed, the splits,
-# the held ones.
-SMALL_CASES = [0, 1, 4, 5, 8, 15, 16, 17, 18, 19, 20, 21, 22]
+# the held ones, the grouped streamed ones.
+SMALL_CASES = [0, 1, 4, 5, 8, 15, 16, 17, 18, 19, 20, 21, 22, 24, 25, 26, 27]
 
 
 def correctness(ops, small: bool) -> bool:
@@ -119,6 +123,8 @@ def correctness(ops, small: bool) -> bool:
     if not small:  # the #35 shape itself through the streamed plan
         ok &= check(ops, "streamed", (112, 64, 512, 512), 8, torch.float32)
         ok &= check(ops, "streamed", (112, 64, 512, 512), 8, torch.bfloat16)
+        ok &= check(ops, "streamed:cluster=16", (112, 64, 512, 512), 8, torch.float32)
+        ok &= check(ops, "streamed:groups=16", (112, 64, 512, 512), 8, torch.bfloat16)
     log("correctness: " + ("ALL PASS" if ok else "FAILURES"))
     return ok
 
@@ -148,7 +154,7 @@ TIMING_ROWS = {
               ((2, 32, 1024, 1024), 4, torch.float16), ((4, 8, 2000, 1000), 2, torch.float32),
               ((2, 64, 1000, 1000), 8, torch.float32), ((1, 32, 2048, 2048), 1, torch.float32)],
 }
-VARIANTS = ["auto", "split", "resident", "streamed", "streamed:reg_vecs=0",
+VARIANTS = ["auto", "split", "resident", "streamed", "streamed:cluster=16", "streamed:reg_vecs=0",
             "streamed:reg_vecs=8", "streamed:smem_kb=160", "streamed:smem_kb=96", "streamed:cluster=8",
             "streamed:smem_kb=128", "streamed:smem_kb=64", "streamed:smem_kb=225", "streamed:cluster=8,smem_kb=225"]
 
@@ -230,11 +236,12 @@ def trace_report(ops, plan: str, shape=(112, 64, 512, 512), G=8, dtype=torch.flo
     nxt = nxt[(t[:, 1:, 0] > 0) & (t[:, :-1, 0] > 0)] / 1e3
     log(f"  round (start to next start): mean {float(nxt.mean()):.2f} us, p10 {float(nxt.quantile(0.1)):.2f}, "
         f"p90 {float(nxt.quantile(0.9)):.2f}")
-    csize = 16 if ctas % 16 == 0 and "cluster=8" not in plan else 8
+    groups = [int(item.split("=")[1]) for item in plan.partition(":")[2].split(",") if item.startswith("groups=")]
+    csize = ctas // groups[0] if groups else 16 if ctas % 16 == 0 and "cluster=8" not in plan else 8
     arrive = t[..., 4].reshape(ctas // csize, csize, -1)  # CTA sums reduced, per cluster
     ok = (arrive > 0).all(dim=1)
     skew = (arrive.max(dim=1).values - arrive.min(dim=1).values)[ok] / 1e3
-    log(f"  spread of the {csize} CTAs of a cluster reaching the exchange: mean {float(skew.mean()):.2f} us, "
+    log(f"  spread of the {csize} CTAs of a cluster (or group) reaching the exchange: mean {float(skew.mean()):.2f} us, "
         f"p90 {float(skew.quantile(0.9)):.2f}")
     starts = t[::csize, :, 0]
     ok = (starts > 0).all(dim=0)

@@ -486,12 +486,21 @@ FORCED_PLAN_CASES = [
     ("resident", (3, 8, 100, 100), 2),
     ("streamed", (3, 8, 100, 100), 2),                          # each part whole in shared memory
     ("streamed", (5, 6, 37, 20), 3),                            # parts of 96 elements, the last one shorter
-    ("streamed", (3, 10, 4), 1),                                # D = 40: trailing cluster ranks own nothing
-    ("streamed", (200, 4, 32, 32), 2),                          # 400 slices: many per persistent cluster
+    ("streamed", (3, 10, 4), 1),                                # D = 40: trailing ranks own nothing
+    ("streamed", (200, 4, 32, 32), 2),                          # 400 slices: many per persistent group
+    # Thread-block clusters (devices without cooperative launches): the exchange through distributed shared memory
+    ("streamed:cluster=16", (3, 10, 4), 1),
+    ("streamed:cluster=16", (200, 4, 32, 32), 2),
+    ("streamed:cluster=16,smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),
     ("streamed:smem_kb=16,reg_vecs=2", (4, 8, 256, 256), 2),    # shared memory, registers and L2 tail
     ("streamed:smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),   # vectors straddle channels
     ("streamed:smem_kb=1,reg_vecs=0", (6, 8, 256, 100), 4),     # mostly L2 tail
     ("streamed:cluster=8", (10, 8, 300, 300), 2),
+    # No clusters: groups of a cooperative launch exchange their sums through global memory
+    ("streamed:groups=8", (200, 4, 32, 32), 2),                 # many rounds: both parities of the partials reused
+    ("streamed:groups=2", (9, 8, 300, 300), 2),                 # > 32 CTAs per slice; 2 slices at a time, odd count
+    ("streamed:groups=3", (3, 10, 4), 1),                       # D = 40: most group ranks own nothing
+    ("streamed:groups=7,smem_kb=16,reg_vecs=2", (33, 6, 128, 129), 3),  # vectors straddle channels; L2 tails
     ("fused", (3, 8, 100, 100), 2),
     ("split", (3, 8, 100, 100), 2),
     # HW a multiple of the vector but shorter than a thread's stride: each step of a thread over its vectors
@@ -564,6 +573,8 @@ def test_streamed_plan_takes_large_parts():
         pytest.skip("sm_90+ only")
     x = torch.empty(16, 64, 512, 512, device="cuda")
     assert plan_kind(forward_plan(x, 8)) == ("streamed", True), forward_plan(x, 8)
+    # groups of 16 CTAs of one cooperative launch, not 16-CTA clusters (which cannot fill every GPC)
+    assert "persistent groups of 16 CTAs" in forward_plan(x, 8), forward_plan(x, 8)
     assert plan_kind(forward_plan(x.bfloat16(), 8))[0] == "streamed", forward_plan(x.bfloat16(), 8)
     small_parts = torch.empty(8, 8, 114688, device="cuda")  # 3.5 MB slices: 224 KB per CTA of 16
     assert plan_kind(forward_plan(small_parts, 1))[0] in ("split", "fused", "held"), forward_plan(small_parts, 1)

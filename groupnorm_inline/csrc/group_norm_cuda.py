@@ -12,9 +12,10 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             shared memory, then each CTA normalises its part from shared memory. One HBM read, no global synchronisation; parts of <= 64 KB when possible so 3
             CTAs share an SM and one CTA's loads overlap another's stores. A tensor within L2 that would
             need 16-CTA clusters does not take it (kSplitOverClusterOf16MaxTensorOfL2).
-  streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA cluster, tails that fit L2,
-            at least 16 slices per resident cluster: persistent clusters hold each CTA's part in registers,
-            shared memory (bulk async copies) and L2 across the exchange. One HBM read.
+  streamed  larger slices on sm_90+, parts of >= 256 KB per CTA of a 16-CTA group, tails that fit L2,
+            at least 16 slices per resident group: persistent groups (of a cooperative launch; thread-block
+            clusters where there are none) hold each CTA's part in registers, shared memory (bulk async
+            copies) and L2 across the exchange. One HBM read.
             (group_norm_streamed_cuda.py; #35 in every dtype)
   held      tensors up to ~4x the GPU's shared memory that neither of the above takes (few large slices,
             or more clusters of 4-16 CTAs than one resident wave): one cooperative launch of the split
@@ -985,11 +986,12 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
   } else if (name == "streamed") {
     StreamedOptions opt;
     opt.cluster = static_cast<int>(plan_option(plan, "cluster", 0));
+    opt.groups = static_cast<int>(plan_option(plan, "groups", -1));
     const int64_t smem_kb = plan_option(plan, "smem_kb", -1);
     opt.smem_cap = smem_kb < 0 ? -1 : smem_kb * 1024;
     opt.reg_vecs = static_cast<int>(std::min<int64_t>(plan_option(plan, "reg_vecs", kStreamRegVecs), kStreamRegVecs));
     opt.forced = true;
-    launched = try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, opt);
+    launched = try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, opts, opt);
   } else if (name == "fused") {
     launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kFused);
   } else if (name == "split") {
@@ -1025,7 +1027,7 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
   if (pr.force && *pr.force != "auto") return launch_forced<T, VEC, AFFINE, Epi>(p, pr, opts);
   if (try_launch_small<T, VEC, AFFINE, Epi>(p, pr)) return;
   if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true, /*first_pass=*/true)) return;
-  if (try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, StreamedOptions{})) return;
+  if (try_launch_streamed<T, VEC, AFFINE, Epi>(p, pr, opts, StreamedOptions{})) return;
   HeldOptions held;
   held.max_rounds = kHeldAutoMaxRounds;
   if (try_launch_held<T, VEC, AFFINE, Epi>(p, pr, opts, held)) return;

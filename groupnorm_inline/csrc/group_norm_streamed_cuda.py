@@ -1,24 +1,37 @@
-"""CUDA source of the forward's `streamed` plan: slices too large for one cluster's shared memory, one HBM read.
+"""CUDA source of the forward's `streamed` plan: slices too large for 16 SMs' shared memory, one HBM read.
 
-A persistent grid of thread-block clusters (16 CTAs, one per SM, where the GPU can co-schedule them; else 8)
-walks the (n, g) slices: cluster k takes slices k, k + clusters, ... CTA rank r of a cluster owns the part
-[r * part, (r + 1) * part) of every slice it visits, and holds that part across the statistics exchange in
-three places, in this order of offsets:
+A persistent grid of groups of 16 CTAs (one per SM) walks the (n, g) slices: group k takes slices k, k +
+groups, ... CTA rank r of a group owns the part [r * part, (r + 1) * part) of every slice it visits, and holds
+that part across the statistics exchange in three places, in this order of offsets:
 
   shared memory  `smem_elems` (up to ~220 KB), in chunks filled by bulk asynchronous copies (cp.async.bulk on
                  an mbarrier per chunk). Each warp owns every warps-th chunk: it waits for it, sums it, and
-                 after normalising it refills it at once with the same chunk of the cluster's next slice, so
+                 after normalising it refills it at once with the same chunk of the group's next slice, so
                  the next slice's loads stream in while this one is still being written.
   registers      `reg_vecs` 16-byte vectors per thread (128 KB for 512 threads), loaded with an L2
                  evict-first hint.
   L2 tail        whatever is left: read with an evict-last hint while summing, read again from L2 (evict-
                  first) right after the exchange. The host admits the plan only when the tails of every
-                 cluster in flight fit half the L2, so the second read stays on chip.
+                 group in flight fit half the L2, so the second read stays on chip.
 
-The exchange is the resident plan's: CTA sums through distributed shared memory, one cluster barrier, no
-global-memory synchronisation. For #35 in float32 (8 MB slices, 512 KB parts) that is 225 KB in shared
-memory, 128 KB in registers and ~160 KB in L2 per CTA, ~18 MB of tails in L2 for 7 clusters; in bfloat16
-(256 KB parts) 96 KB, 128 KB and 32 KB (see streamed_geometry for the rule and the measurements behind it).
+Two ways to form a group, and its exchange of the CTA sums:
+
+  groups of a cooperative launch (the automatic choice wherever the device has cooperative launches): the
+                 grid is every resident CTA rounded down to whole groups of 16 (8 groups, 128 of an H200's
+                 132 SMs), consecutive CTAs form a group, each posts its (s, ss) to global memory and counts
+                 itself on the group's arrival word (release), thread 0 polls it (acquire) until the whole
+                 group has posted, and every CTA adds the 16 posts in rank order (the same sums everywhere).
+  thread-block clusters of 16 (else 8): sums through distributed shared memory and one cluster barrier. A
+                 16-CTA cluster must fit inside one GPC, and an H200's GPCs hold only 7 of them at once
+                 (112 SMs): the grouped launch was faster for that reason alone (#35 below).
+
+The exchange thus costs the same chain of waits either way (the slowest warp, then the group's slowest CTA:
+the 16 CTAs reach it ~3-5 us apart); through global memory that phase took 3.5-4.5 us a round on an H200
+against 2.5 us with the cluster barrier.
+
+For #35 in float32 (8 MB slices, 512 KB parts) a CTA holds 225 KB in shared memory, 128 KB in registers and
+~160 KB in L2, ~20 MB of tails in L2 for 8 groups; in bfloat16 (256 KB parts) 96 KB, 128 KB and 32 KB
+(see streamed_geometry for the rule and the measurements behind it).
 
 Where a round's time goes (H100, #35 float32, ~51 us per round against ~38 us of data movement at copy
 speed; `benchmarks/plan_check.py --trace streamed`): waiting for the refilled chunks ~9 us, the L2 tail's
@@ -27,10 +40,15 @@ first read ~7 us (latency-bound), waiting for the CTA's slowest warp ~4 us and f
 while it waits at the exchange; clusters run out of phase, so others fill part of that gap, not all of it.
 
 When it pays (the automatic choice): the plan saves one read of the input against the split plan and pays
-that exchange per round. Measured on an H100 (copy of the tensor 4.97 ms fp32 / 2.49 ms bf16): #35 float32
-6.50 ms streamed, 7.85 ms split; bfloat16 3.28 ms streamed, 3.95 ms split. It is taken for parts of at least
-256 KB per CTA (smaller slices fit the resident plan, or are few enough that the persistent grid would idle),
-and only while the L2 tails of all clusters fit half the L2.
+that exchange per round. Measured on an H100 (copy of the tensor 4.97 ms fp32 / 2.49 ms bf16), with clusters:
+#35 float32 6.50 ms streamed, 7.85 ms split; bfloat16 3.28 ms streamed, 3.95 ms split. On an H200 (copy 3.52 /
+1.78 ms, torch.compile 5.34-5.55 / 3.37-3.42, two machines, benchmarks/results/nvidia-h200-2026-12-03-streamed-
+groups.txt): float32 clusters 5.44-5.47 ms, groups of 16 5.14-5.23, split 5.62-5.68; bfloat16 2.87-2.88, 2.60-
+2.64, 2.84-2.90. The same groups with other sizes were slower (float32 groups of 22 on all 132 SMs 5.76 ms,
+18: 5.56, 33: 5.62; bfloat16 groups of 8: 2.83, 11-12: 3.47-3.51): the 16-CTA parts are the measured best
+split of a slice, and the grouped launch only removes the placement rule that idled 20 SMs. It is taken for
+parts of at least 256 KB per CTA (smaller slices fit the resident plan, or are few enough that the persistent
+grid would idle), and only while the L2 tails of all groups fit half the L2.
 
 Numerics as in the other plans: shifted sums (K = the slice's first element) in float per chunk, folded
 into double per thread, combined in double.
@@ -44,6 +62,9 @@ constexpr int kStreamRegVecs = 16;     // register-held vectors per thread (64 r
 constexpr int kStreamMaxChunks = 64;   // mbarriers, one per shared-memory chunk
 constexpr int64_t kStreamMinPartBytes = 256 * 1024;  // smaller parts: not measured (see above)
 constexpr int64_t kStreamMinRounds = 16;                // slices per resident cluster (see try_launch_streamed)
+// CTAs per slice of the automatic grouped launch: the 16-CTA cluster's parts, without the cluster's placement
+// rule (all 16 CTAs inside one GPC), which left 20 of an H200's 132 SMs idle (see the module docstring).
+constexpr int kStreamGroupCtas = 16;
 // Phase trace (plan option trace=1; the diagnostics operator group_norm_streamed_trace): thread 0 of every
 // CTA stamps %globaltimer at these points of its first kTraceRounds rounds.
 constexpr int kTraceRounds = 256;
@@ -86,6 +107,16 @@ __device__ __forceinline__ void bulk_copy_to_smem(void* dst, const void* src, ui
       ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
+// The grouped exchange's arrival counter: a release add (orders this thread's partial-sum stores before it) and
+// an acquire load (the partials of every CTA counted are visible after it).
+__device__ __forceinline__ void red_add_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ int64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -93,8 +124,17 @@ __device__ __forceinline__ int64_t global_timer_ns() {
 }
 #endif
 
+// The exchange of a launch without clusters (`group` > 0): the grid's CTAs in groups of `group` consecutive
+// ones, one slice per group at a time, CTA sums through global memory. group == 0: thread-block clusters,
+// CTA sums through distributed shared memory.
+struct StreamGroups {
+  int group = 0;
+  unsigned* arrivals = nullptr;  // (grid / group,), zero at launch: the group's CTAs that have posted, all rounds
+  double* partials = nullptr;    // (grid / group, 2 round parities, group, 2): each CTA's (s, ss) of a round
+};
+
 // x, y: (slices, D) contiguous, D < 2^30, 16-byte vectors (VEC * sizeof(T) == 16), D % VEC == 0.
-// part, smem_elems, chunk_elems: multiples of VEC. Grid: clusters * CS CTAs of kStreamThreads.
+// part, smem_elems, chunk_elems: multiples of VEC. Grid: (clusters or groups) * CS CTAs of kStreamThreads.
 // PER_VEC_CHANNEL: the affine coefficients are looked up per vector (a CTA's part spans channels). Otherwise
 // they are fixed for the round: no weight (w == nullptr), or every CTA's part lies in one channel (#35: half
 // a channel per CTA); per-vector lookups cost ~5% of the round there, mostly through register pressure.
@@ -105,14 +145,16 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
     ParamRef<T> b, typename Compute<T>::type* __restrict__ mean_out,
     typename Compute<T>::type* __restrict__ rstd_out, int64_t slices, int64_t G, int channels_per_group, int HW,
     int D, int part, int smem_elems, int chunk_elems, int reg_vecs, double eps, int64_t* __restrict__ trace,
-    Epi epi) {
+    StreamGroups groups, Epi epi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using C = typename Compute<T>::type;
   using V = Vec<T, VEC>;
   cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int cluster_size = static_cast<int>(cluster.num_blocks());
+  // A group's CTAs play the part of a cluster's: `rank` owns part `rank` of the slice, `cluster_size` per slice.
+  const bool grouped = groups.group > 0;
+  const int rank = grouped ? static_cast<int>(blockIdx.x % groups.group) : static_cast<int>(cluster.block_rank());
+  const int cluster_size = grouped ? groups.group : static_cast<int>(cluster.num_blocks());
   const int64_t clusters = gridDim.x / cluster_size;
   extern __shared__ __align__(128) unsigned char streamed_smem[];
   T* buf = reinterpret_cast<T*>(streamed_smem);
@@ -211,15 +253,43 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
 
     stamp(it, 3);
 
-    // 2. exchange: CTA sums -> shared memory -> cluster barrier -> every CTA adds up all of them
+    // 2. exchange: CTA sums -> shared (cluster) or global (group) memory -> wait for all -> every CTA adds them
     block_sum2(s, ss, scratch);
     stamp(it, 4);
-    if (tid == 0) {
-      cta_sums[it & 1u][0] = s;
-      cta_sums[it & 1u][1] = ss;
+    if (grouped) {
+      // Post (s, ss), count the arrival, wait for the group's. A parity's slots are rewritten two rounds on,
+      // by which time every CTA of the group has read them (it posted the round between after reading).
+      const int64_t group_id = blockIdx.x / cluster_size;
+      double* round_partials = groups.partials + ((group_id * 2 + (it & 1u)) * cluster_size) * 2;
+      if (tid == 0) {
+        __stcg(round_partials + 2 * rank, s);
+        __stcg(round_partials + 2 * rank + 1, ss);
+        red_add_release_gpu(groups.arrivals + group_id, 1u);
+        const unsigned target = (it + 1u) * static_cast<unsigned>(cluster_size);
+        while (ld_acquire_gpu(groups.arrivals + group_id) < target) __nanosleep(32);
+      }
+      __syncthreads();
+      if (warp == 0) {
+        double rs = 0, rss = 0;
+        for (int q = lane; q < cluster_size; q += 32) {  // L2 reads: this SM's L1 may hold the last use's lines
+          rs += __ldcg(round_partials + 2 * q);
+          rss += __ldcg(round_partials + 2 * q + 1);
+        }
+        rs = warp_sum(rs);
+        rss = warp_sum(rss);
+        if (lane == 0) {
+          slice_sums[0] = rs;
+          slice_sums[1] = rss;
+        }
+      }
+    } else {
+      if (tid == 0) {
+        cta_sums[it & 1u][0] = s;
+        cta_sums[it & 1u][1] = ss;
+      }
+      cluster.sync();
     }
-    cluster.sync();
-    if (warp == 0) {
+    if (!grouped && warp == 0) {
       double rs = 0, rss = 0;
       if (lane < cluster_size) {
         const double* remote = cluster.map_shared_rank(&cta_sums[it & 1u][0], lane);
@@ -295,13 +365,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1) gn_streamed(
       stamp(it, 8);
     }
   }
-  cluster.sync();  // shared memory must outlive every peer's read of cta_sums
+  if (!grouped) cluster.sync();  // shared memory must outlive every peer's read of cta_sums
 #endif
 }
 
 // ---- host side -----------------------------------------------------------------------------------------
 struct StreamedGeometry {
   int cluster = 0, part = 0, smem_elems = 0, chunk_elems = 0, reg_vecs = 0;
+  bool grouped = false;  // CTAs per slice `cluster` in groups of a cooperative launch, not thread-block clusters
   int64_t clusters = 0, tail_bytes_per_cta = 0;
   size_t smem_bytes = 0;
 };
@@ -314,7 +385,8 @@ inline bool parts_in_one_channel(int64_t D, int64_t HW, int cluster, int vec) {
   return true;
 }
 
-// Fills `g` for `kernel` and a cluster of `cluster` CTAs; false when that cluster cannot be co-scheduled.
+// Fills `g` for `kernel` and `cluster` CTAs per slice (a thread-block cluster, or with `grouped` a group of a
+// cooperative launch); false when no such cluster or group can be resident.
 // Split of a part (automatic, smem_cap_bytes < 0): registers full, shared memory for what they leave except
 // an eighth of the part, which streams through L2. The registers and the tail are loaded at the start of a
 // round with every load in flight at once; the chunks are refilled during the previous round's writes. On an
@@ -323,9 +395,10 @@ inline bool parts_in_one_channel(int64_t D, int64_t HW, int cluster, int vec) {
 // large anyway, and more shared memory was faster up to the device limit (225 KB 6.78 ms, 160 KB 6.98 ms).
 template <typename T, int VEC>
 bool streamed_geometry(const void* kernel, int device, const DeviceInfo& dev, int64_t D, int64_t slices, int cluster,
-                       int64_t smem_cap_bytes, int reg_vecs, StreamedGeometry& g, cudaLaunchConfig_t& config,
-                       cudaLaunchAttribute* attr) {
+                       bool grouped, int64_t smem_cap_bytes, int reg_vecs, StreamedGeometry& g,
+                       cudaLaunchConfig_t& config, cudaLaunchAttribute* attr) {
   g.cluster = cluster;
+  g.grouped = grouped;
   g.part = static_cast<int>(ceil_div(ceil_div(D, cluster), VEC) * VEC);
   const int64_t reg_elems = static_cast<int64_t>(kStreamThreads) * VEC * reg_vecs;
   const int64_t device_limit = (dev.max_smem_optin - 2048) / 16 * 16 / static_cast<int64_t>(sizeof(T));
@@ -342,12 +415,20 @@ bool streamed_geometry(const void* kernel, int device, const DeviceInfo& dev, in
   g.tail_bytes_per_cta = std::max<int64_t>(0, g.part - on_chip) * static_cast<int64_t>(sizeof(T));
   g.smem_bytes = static_cast<size_t>(g.smem_elems) * sizeof(T);
 
-  const int active = max_active_clusters(kernel, device, cluster, kStreamThreads, g.smem_bytes);
+  // Sets the kernel's shared-memory and cluster attributes the first time (and answers for clusters).
+  int active = max_active_clusters(kernel, device, grouped ? 1 : cluster, kStreamThreads, g.smem_bytes);
+  if (grouped)
+    active = dev.cooperative ? resident_ctas_per_sm(kernel, device, kStreamThreads, g.smem_bytes) * dev.sms / cluster : 0;
   if (active < 1) return false;
   config = {};
   config.blockDim = dim3(kStreamThreads);
   config.dynamicSmemBytes = g.smem_bytes;
-  attr[0] = cluster_dim_attribute(cluster);
+  if (grouped) {  // every CTA of a group waits for the others: all resident at once
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+  } else {
+    attr[0] = cluster_dim_attribute(cluster);
+  }
   config.attrs = attr;
   config.numAttrs = 1;
   g.clusters = std::min<int64_t>(active, slices);
@@ -357,14 +438,18 @@ bool streamed_geometry(const void* kernel, int device, const DeviceInfo& dev, in
 
 // Knobs of the streamed plan; the defaults are what the automatic choice uses.
 struct StreamedOptions {
-  int cluster = 0;           // 0: 16 where it fits, else 8
+  int cluster = 0;           // clusters of this many CTAs (no groups); 0: 16 where it fits, else 8
+  int groups = -1;           // > 0: no clusters; this many slices at a time, each on (resident CTAs) / groups CTAs;
+                             // 0: clusters; -1: groups of kStreamGroupCtas CTAs where cooperative launches exist
+                             // and no cluster size is asked for, else clusters
   int64_t smem_cap = -1;     // bytes of shared memory per CTA (the device limit applies); -1: streamed_geometry's rule
   int reg_vecs = kStreamRegVecs;
   bool forced = false;       // a forced plan skips the L2 admission rule
 };
 
 template <typename T, int VEC, bool AFFINE, typename Epi>
-bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const StreamedOptions& opt) {
+bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts,
+                         const StreamedOptions& opt) {
   if constexpr (sizeof(T) * VEC != 16) {
     return false;
   } else {
@@ -376,8 +461,20 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     bool ok = false;
     using Kernel = decltype(&gn_streamed<T, VEC, false, false, Epi>);
     Kernel kernel = nullptr;
-    for (int cluster : {16, 8}) {
-      if (opt.cluster != 0 && cluster != opt.cluster) continue;
+    // CTAs per slice to try: a cluster of 16 where it fits, else 8; or the groups' share of the resident CTAs
+    // (one per SM: the kernel's 512 threads take the register file whole).
+    std::vector<int> sizes = {16, 8};
+    const bool auto_groups = opt.groups < 0 && opt.cluster == 0 && dev.cooperative;
+    const bool grouped = opt.groups > 0 || auto_groups;
+    if (opt.groups > 0 && !dev.cooperative) return false;
+    if (grouped) {
+      const int per_sm = resident_ctas_per_sm(reinterpret_cast<const void*>(&gn_streamed<T, VEC, false, false, Epi>),
+                                              pr.device, kStreamThreads, 0);
+      sizes = {auto_groups ? kStreamGroupCtas : per_sm * dev.sms / opt.groups};
+      if (sizes[0] < 1 || sizes[0] > per_sm * dev.sms) return false;
+    }
+    for (int cluster : sizes) {
+      if (opt.cluster != 0 && !grouped && cluster != opt.cluster) continue;
       // Per-vector coefficients only where a part spans channels (it depends on the part, so on the cluster).
       const bool per_vec_channel = AFFINE && !parts_in_one_channel(pr.D, pr.HW, cluster, VEC);
       kernel = per_vec_channel ? gn_streamed<T, VEC, true, false, Epi> : gn_streamed<T, VEC, false, false, Epi>;
@@ -388,10 +485,12 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
         TORCH_CHECK(kernel != nullptr, "group_norm_streamed_trace: float32 and bfloat16 inputs only, without weight");
       }
       ok = streamed_geometry<T, VEC>(reinterpret_cast<const void*>(kernel), pr.device, dev, pr.D, pr.slices, cluster,
-                                     opt.smem_cap, opt.reg_vecs, g, config, attr);
+                                     grouped, opt.smem_cap, opt.reg_vecs, g, config, attr);
       if (ok) break;
     }
     if (!ok) return false;
+    // The grouped exchange counts arrivals in 32 bits: rounds * CTAs per slice.
+    if (g.grouped && (ceil_div(pr.slices, g.clusters) + 1) * g.cluster >= (int64_t(1) << 31)) return false;
     // The second read of every tail must hit L2: admit the plan while the tails in flight fit half of it.
     if (!opt.forced && g.clusters * g.cluster * g.tail_bytes_per_cta > dev.l2_bytes / 2) return false;
     if (!opt.forced && static_cast<int64_t>(g.part) * static_cast<int64_t>(sizeof(T)) < kStreamMinPartBytes)
@@ -406,18 +505,31 @@ bool try_launch_streamed(const Pointers<T>& p, const Problem& pr, const Streamed
     // rounds: streamed 5.39 ms, split 5.60 (float32, same H200 run).
     if (!opt.forced && pr.slices < kStreamMinRounds * g.clusters) return false;
     if (pr.plan) {
-      *pr.plan = "streamed: " + std::to_string(g.clusters) + " persistent clusters of " + std::to_string(g.cluster) +
-                 " CTAs, per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
+      *pr.plan = "streamed: " + std::to_string(g.clusters) +
+                 (g.grouped ? " persistent groups of " + std::to_string(g.cluster) +
+                                  " CTAs (one cooperative launch, sums exchanged through global memory)"
+                            : " persistent clusters of " + std::to_string(g.cluster) + " CTAs") +
+                 ", per CTA " + std::to_string(g.smem_bytes / 1024) + " KB in shared memory + " +
                  std::to_string(static_cast<int64_t>(kStreamThreads) * 16 * g.reg_vecs / 1024) +
                  " KB in registers + " + std::to_string(g.tail_bytes_per_cta / 1024) +
                  " KB re-read from L2 of each slice's part (vec " + std::to_string(VEC) + ")";
       return true;
     }
+    StreamGroups groups;
+    at::Tensor arrivals, partials;
+    if (g.grouped) {
+      arrivals = at::empty({g.clusters}, opts.dtype(at::kInt));
+      partials = at::empty({g.clusters * 2 * g.cluster * 2}, opts.dtype(at::kDouble));
+      groups.group = g.cluster;
+      groups.arrivals = reinterpret_cast<unsigned*>(arrivals.data_ptr<int32_t>());
+      groups.partials = partials.data_ptr<double>();
+      C10_CUDA_CHECK(cudaMemsetAsync(groups.arrivals, 0, static_cast<size_t>(g.clusters) * sizeof(unsigned), pr.stream));
+    }
     config.stream = pr.stream;
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p.x, p.y, AFFINE ? p.w : ParamRef<T>{}, AFFINE ? p.b : ParamRef<T>{}, p.mean, p.rstd,
                                       pr.slices, pr.G, static_cast<int>(pr.cpg), static_cast<int>(pr.HW),
                                       static_cast<int>(pr.D), g.part, g.smem_elems, g.chunk_elems, g.reg_vecs,
-                                      pr.eps, pr.trace, make_epilogue<Epi>(pr.act)));
+                                      pr.eps, pr.trace, groups, make_epilogue<Epi>(pr.act)));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
   }
