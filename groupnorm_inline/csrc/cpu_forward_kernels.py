@@ -660,12 +660,11 @@ void group_sums_rows(const T* x, int64_t stride, int64_t rows, int64_t G, int64_
 }
 
 // Rows [lo, hi) of one channels-last sample (rows of `channels` values, `stride` apart):
-// y[r, c] = act((x[r, c] - m[c]) * a[c] + b[c]), or with FOLDED (b = bias - mean * a folded in double; m unused)
-// y[r, c] = act(x[r, c] * a[c] + b[c]): one load of x and two of constants per vector instead of three. m, a, b
-// padded with zeros to a multiple of kWidth.
-template <bool FOLDED, typename T, typename Ep>
+// y[r, c] = act(x[r, c] * a[c] + b[c]), the mean folded into b = bias - mean * a (sample_constants<true>): one load
+// of x and two of constants per vector. a, b padded with zeros to a multiple of kWidth.
+template <typename T, typename Ep>
 void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
-                    const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
+                    const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -673,8 +672,7 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t 
   auto normalized = [&](const T* xr, int64_t c, int64_t count) {
     const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
     const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-    P v = count == W ? P::load(xr + c) : P::load(xr + c, count);
-    if constexpr (!FOLDED) v = v - P{V::loadu(m + c), V::loadu(m + c + P::kVec)};
+    const P v = count == W ? P::load(xr + c) : P::load(xr + c, count);
     return activate(ep, fmadd(v, va, vb));
   };
   for (int64_t r = lo; r < hi; ++r) {
@@ -692,9 +690,9 @@ void normalize_rows(const T* x, T* y, int64_t channels, int64_t stride, int64_t 
 // (32,4096,1,3) 56 -> 53; at 9 rows even ((16,2560,3,3) 38.2 / 39.4), at 16 and more rows of 16 KB up to 1.7x
 // slower (the rows of one walk fall into the same L1 sets).
 constexpr int64_t kColumnsMaxRows = 8;
-template <bool FOLDED, typename T, typename Ep>
-void normalize_columns(const T* x, T* y, int64_t channels, int64_t stride, int64_t rows, const compute_t<T>* m,
-                       const compute_t<T>* a, const compute_t<T>* b, const Ep& ep) {
+template <typename T, typename Ep>
+void normalize_columns(const T* x, T* y, int64_t channels, int64_t stride, int64_t rows, const compute_t<T>* a,
+                       const compute_t<T>* b, const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
@@ -702,21 +700,15 @@ void normalize_columns(const T* x, T* y, int64_t channels, int64_t stride, int64
     const int64_t cnt = std::min(W, channels - c);
     const P va{V::loadu(a + c), V::loadu(a + c + P::kVec)};
     const P vb{V::loadu(b + c), V::loadu(b + c + P::kVec)};
-    P vm = P::broadcast(0);
-    if constexpr (!FOLDED) vm = P{V::loadu(m + c), V::loadu(m + c + P::kVec)};
     const T* xc = x + c;
     T* yc = y + c;
     if (cnt == W) {
       for (int64_t r = 0; r < rows; ++r) {
-        P v = P::load(xc + r * stride);
-        if constexpr (!FOLDED) v = v - vm;
-        activate(ep, fmadd(v, va, vb)).store(yc + r * stride);
+        activate(ep, fmadd(P::load(xc + r * stride), va, vb)).store(yc + r * stride);
       }
     } else {
       for (int64_t r = 0; r < rows; ++r) {
-        P v = P::load(xc + r * stride, cnt);
-        if constexpr (!FOLDED) v = v - vm;
-        activate(ep, fmadd(v, va, vb)).store(yc + r * stride, cnt);
+        activate(ep, fmadd(P::load(xc + r * stride, cnt), va, vb)).store(yc + r * stride, cnt);
       }
     }
   }
@@ -736,18 +728,17 @@ inline int64_t flat_period(int64_t channels) {
 }
 
 // normalize_rows over a whole channels-last sample of len elements (its rows contiguous), as one flat run of packs:
-// pack j takes pack j % period of the constants m, a, b tiled to period * kWidth elements (tiled_constants).
-template <bool FOLDED, typename T, typename Ep>
-void normalize_flat(const T* x, T* y, int64_t len, int64_t period, const compute_t<T>* m, const compute_t<T>* a,
-                    const compute_t<T>* b, const Ep& ep) {
+// pack j takes pack j % period of the constants a, b tiled to period * kWidth elements (tiled_constants).
+template <typename T, typename Ep>
+void normalize_flat(const T* x, T* y, int64_t len, int64_t period, const compute_t<T>* a, const compute_t<T>* b,
+                    const Ep& ep) {
   using P = Pack<T>;
   using V = typename P::V;
   constexpr int64_t W = P::kWidth;
   auto normalized = [&](int64_t i, int64_t k, int64_t count) {
     const P va{V::loadu(a + k), V::loadu(a + k + P::kVec)};
     const P vb{V::loadu(b + k), V::loadu(b + k + P::kVec)};
-    P v = count == W ? P::load(x + i) : P::load(x + i, count);
-    if constexpr (!FOLDED) v = v - P{V::loadu(m + k), V::loadu(m + k + P::kVec)};
+    const P v = count == W ? P::load(x + i) : P::load(x + i, count);
     return activate(ep, fmadd(v, va, vb));
   };
   const int64_t span = period * W;
@@ -760,13 +751,14 @@ void normalize_flat(const T* x, T* y, int64_t len, int64_t period, const compute
   if (i < len) normalized(i, k, len - i).store(y + i, len - i);
 }
 
-// The first `channels` values of each of m, a, b (cpad apart) repeated over period * kWidth elements each, into
-// tiled (3 * period * kWidth: m, a, b), for normalize_flat.
+// The first `channels` values of a and b (k's second and third arrays, cpad apart) repeated over period * kWidth
+// elements each, into tiled (2 * period * kWidth: a, b), for normalize_flat.
 template <typename T>
 void tiled_constants(const compute_t<T>* k, int64_t channels, int64_t cpad, int64_t period, compute_t<T>* tiled) {
   const int64_t span = period * Pack<T>::kWidth;
-  for (int which = 0; which < 3; ++which) {
-    for (int64_t e = 0; e < span; e += channels) std::copy_n(k + which * cpad, channels, tiled + which * span + e);
+  for (int which = 0; which < 2; ++which) {
+    for (int64_t e = 0; e < span; e += channels)
+      std::copy_n(k + (which + 1) * cpad, channels, tiled + which * span + e);
   }
 }
 
@@ -961,21 +953,21 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // channel and part in the statistics was most of the forward of samples of few rows, perf at (64,40,2,4)).
   std::vector<int64_t> bounds(static_cast<size_t>(parts + 1));
   for (int64_t j = 0; j <= parts; ++j) bounds[j] = part_begin(HW, parts, j, 1);
-  // fold: float32 and float64 samples are normalised as x * a + (b - mean * a), one vector of constants fewer per
+  // Every dtype folds the mean into the shift (the <true> of the constants below; the normalisation passes take a and
+  // b only). float32 and float64 samples are normalised as x * a + (b - mean * a), one vector of constants fewer per
   // vector of x (the pass is bound by its loads: 1.01-1.07x faster over ten float32/float64 rows, 2-core AVX-512
-  // machine, A/B in one process, rotating order). No accuracy is lost: the fold's error, ~u (|mean| |a| + |b|), is
-  // the one (x - mean) * a + b already has with the mean held in the compute type (u |mean| / 2 from rounding it):
-  // nothing in float64 even at |mean| = 1e4 std; in float32 at 1e4 std both forms are off by up to ~9e-4 of a
-  // unit output against float64, the conditioning of the formula (ours and PyTorch's kernel differ by ~2e-3 there).
-  // Half-precision data (computed in float32) fold too: the pass converts each pack of x to two float32 vectors
-  // and back, and the fold takes a load of m and a subtraction off each of them. Measured on a 2-core AMD EPYC VM at
-  // the AVX2 level, 2 threads, ours / PyTorch in alternating loops, two rounds, shifted -> folded: (2,320,64,64) G32
-  // channels-last float16 1.00-1.10 -> 0.98-0.99, bfloat16 1.04-1.07 -> 0.99-1.07 (one noisy round), (4,64,128,128)
-  // float16 0.93-1.02 -> 0.77-0.84, bfloat16 0.75-0.92 -> 0.85-0.88, (1,128,256,256) bfloat16 0.97-1.03 -> 0.88-0.89,
-  // (2,512,16,16) bfloat16 0.81-0.92 -> 0.68-0.74, with SiLU (2,320,64,64) 0.89-0.95 -> 0.89-0.91. The fold's
-  // float32 error (~6e-8 (|mean| |a| + |b|)) stays under the half-precision output's rounding up to |mean| ~ 1e3 std,
-  // and is the shifted form's own beyond it.
-  constexpr bool fold = true;
+  // machine, A/B in one process, rotating order). No accuracy is lost: the fold's error, ~u (|mean| |a| + |b|), is the
+  // one (x - mean) * a + b already has with the mean held in the compute type (u |mean| / 2 from rounding it): nothing
+  // in float64 even at |mean| = 1e4 std; in float32 at 1e4 std both forms are off by up to ~9e-4 of a unit output
+  // against float64, the conditioning of the formula (ours and PyTorch's kernel differ by ~2e-3 there). Half-precision
+  // data (computed in float32) fold too: the pass converts each pack of x to two float32 vectors and back, and the
+  // fold takes a load of m and a subtraction off each of them. Measured on a 2-core AMD EPYC VM at the AVX2 level, 2
+  // threads, ours / PyTorch in alternating loops, two rounds, shifted -> folded: (2,320,64,64) G32 channels-last
+  // float16 1.00-1.10 -> 0.98-0.99, bfloat16 1.04-1.07 -> 0.99-1.07 (one noisy round), (4,64,128,128) float16
+  // 0.93-1.02 -> 0.77-0.84, bfloat16 0.75-0.92 -> 0.85-0.88, (1,128,256,256) bfloat16 0.97-1.03 -> 0.88-0.89,
+  // (2,512,16,16) bfloat16 0.81-0.92 -> 0.68-0.74, with SiLU (2,320,64,64) 0.89-0.95 -> 0.89-0.91. The fold's float32
+  // error (~6e-8 (|mean| |a| + |b|)) stays under the half-precision output's rounding up to |mean| ~ 1e3 std, and is
+  // the shifted form's own beyond it.
   if (chunks > 1) {
     // Each sample's groups in `chunks` chunks of equal width cw (group_chunks): a chunk's sums, its groups'
     // statistics and constants, and its normalisation in one task, rows read and written cw channels at a time.
@@ -993,21 +985,19 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
         const int64_t n = it / chunks, g0 = (it % chunks) * gw, c0 = g0 * cpg;
         const T* xs = x + n * sample + c0;
         if (group_rows) {
-          group_rows_constants<fold>(xs, channels, HW, gw, cpg, eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr,
+          group_rows_constants<true>(xs, channels, HW, gw, cpg, eps, w ? w + c0 : nullptr, b ? b + c0 : nullptr,
                                      mean_out + n * G + g0, rstd_out + n * G + g0, k.data(), kpad, sums.data());
         } else {
           channel_sums(xs, cw, channels, 0, HW, k.data() + 3 * kpad, sums.data(), sums.data() + cw,
                        sums.data() + 2 * cw);
-          samples_constants<fold>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, HW, cw, gw, 1, eps,
+          samples_constants<true>(sums.data(), sums.data() + cw, sums.data() + 2 * cw, HW, cw, gw, 1, eps,
                                   w ? w + c0 : nullptr, b ? b + c0 : nullptr, mean_out + n * G + g0,
                                   rstd_out + n * G + g0, k.data(), kpad);
         }
         if (HW <= kColumnsMaxRows) {
-          normalize_columns<fold>(xs, y + n * sample + c0, cw, channels, HW, k.data(), k.data() + kpad,
-                                  k.data() + 2 * kpad, ep);
+          normalize_columns(xs, y + n * sample + c0, cw, channels, HW, k.data() + kpad, k.data() + 2 * kpad, ep);
         } else {
-          normalize_rows<fold>(xs, y + n * sample + c0, cw, channels, 0, HW, k.data(), k.data() + kpad,
-                               k.data() + 2 * kpad, ep);
+          normalize_rows(xs, y + n * sample + c0, cw, channels, 0, HW, k.data() + kpad, k.data() + 2 * kpad, ep);
         }
       }
     });
@@ -1041,7 +1031,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
       int64_t period = HW > 1 ? flat_period<T>(channels) : 0;
       if (sample < 4 * period * Pack<T>::kWidth) period = 0;
       const int64_t span = period * Pack<T>::kWidth;
-      std::vector<C> tiled(static_cast<size_t>(3 * span));
+      std::vector<C> tiled(static_cast<size_t>(2 * span));
       double* pivots = sums.get();
       double* s1 = pivots + batch * channels;
       double* s2 = s1 + batch * channels;
@@ -1071,14 +1061,14 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
           for (int64_t i = 0; i < count; ++i) {
             mean_out[n0 + i] = static_cast<C>(mean[i]);
             rstd_out[n0 + i] = static_cast<C>(rstd[i]);
-            sample_constants<fold>(mean_out + n0 + i, rstd_out + n0 + i, 1, channels, w, b, k.get() + i * 3 * cpad,
+            sample_constants<true>(mean_out + n0 + i, rstd_out + n0 + i, 1, channels, w, b, k.get() + i * 3 * cpad,
                                    cpad);
           }
         } else if (group_rows) {
           for (int64_t i = 0; i < count; ++i) {
             const int64_t n = n0 + i;
             if (fresh_output) touch_pages(y + n * sample, sample);
-            group_rows_constants<fold>(x + n * sample, channels, HW, G, cpg, eps, w, b, mean_out + n * G,
+            group_rows_constants<true>(x + n * sample, channels, HW, G, cpg, eps, w, b, mean_out + n * G,
                                        rstd_out + n * G, k.get() + i * 3 * cpad, cpad, group_scratch.data());
           }
         } else {
@@ -1088,21 +1078,21 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
             channel_sums(x + n * sample, channels, channels, 0, HW, k.get() + 3 * batch * cpad,
                          pivots + i * channels, s1 + i * channels, s2 + i * channels);
           }
-          samples_constants<fold>(pivots, s1, s2, HW, channels, G, count, eps, w, b, mean_out + n0 * G,
+          samples_constants<true>(pivots, s1, s2, HW, channels, G, count, eps, w, b, mean_out + n0 * G,
                                   rstd_out + n0 * G, k.get(), cpad);
         }
         for (int64_t i = 0; i < count; ++i) {
           const C* ki = k.get() + i * 3 * cpad;
           if (period > 0) {
             tiled_constants<T>(ki, channels, cpad, period, tiled.data());
-            normalize_flat<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, sample, period, tiled.data(),
-                                 tiled.data() + span, tiled.data() + 2 * span, ep);
+            normalize_flat(x + (n0 + i) * sample, y + (n0 + i) * sample, sample, period, tiled.data(),
+                           tiled.data() + span, ep);
           } else if (HW <= kColumnsMaxRows) {
-            normalize_columns<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, HW, ki,
-                                    ki + cpad, ki + 2 * cpad, ep);
+            normalize_columns(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, HW, ki + cpad,
+                              ki + 2 * cpad, ep);
           } else {
-            normalize_rows<fold>(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, 0, HW, ki,
-                                 ki + cpad, ki + 2 * cpad, ep);
+            normalize_rows(x + (n0 + i) * sample, y + (n0 + i) * sample, channels, channels, 0, HW, ki + cpad,
+                           ki + 2 * cpad, ep);
           }
         }
       }
@@ -1163,14 +1153,14 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // Per sample: m, a, b (cpad each), zero-padded.
   std::vector<C> coef(static_cast<size_t>(N * 3 * cpad), C(0));
   for (int64_t n = 0; n < N; ++n) {
-    sample_constants<fold>(mean_out + n * G, rstd_out + n * G, G, cpg, w, b, &coef[n * 3 * cpad], cpad);
+    sample_constants<true>(mean_out + n * G, rstd_out + n * G, G, cpg, w, b, &coef[n * 3 * cpad], cpad);
   }
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts;
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows<fold>(x + n * sample, y + n * sample, channels, channels, bounds[it % parts],
-                           bounds[it % parts + 1], k, k + cpad, k + 2 * cpad, ep);
+      normalize_rows(x + n * sample, y + n * sample, channels, channels, bounds[it % parts], bounds[it % parts + 1],
+                     k + cpad, k + 2 * cpad, ep);
     }
   });
 }
