@@ -279,6 +279,39 @@ def test_forward_large_input_reread_from_l2(dtype, hold, fold, monkeypatch):
     _check_forward(x, LARGE[1], w, b, None, None, nn.Identity(), what)
 
 
+
+@pytest.mark.parametrize("fold", ["1", "0"], ids=["fold", "finalize"])
+def test_trace_of_the_single_launch(fold, monkeypatch):
+    """group_norm_channels_last_trace (diagnostics, benchmarks/cl_trace.py): the single launch's CTAs, as many as
+    the plan names, each stamp their seven points in order; the rows past the grid stay zero; the output it
+    computed on the way is the plain forward's (checked above, same kernel); an input of the three-launch plan
+    raises."""
+    import re
+
+    from groupnorm_inline import extension
+    from groupnorm_inline.functional import forward_plan
+    ops = extension.load()
+    monkeypatch.setenv(FOLD_ENV, fold)
+    x = _input((2, 320, 32, 32), torch.float16)
+    w, b = _params(320, torch.float16, True)
+    monkeypatch.setenv(PLAN_ENV, "fused")
+    plan = forward_plan(x, 32)
+    ctas = int(re.search(r"statistics over (\d+) tiles", plan).group(1))
+    monkeypatch.delenv(PLAN_ENV)
+    trace = ops.group_norm_channels_last_trace(x, 32, w, b).cpu()
+    assert trace.dtype == torch.int64 and trace.shape[1] == 7, trace.shape
+    stamped = (trace > 0).all(dim=1)
+    assert int(stamped.sum()) == ctas and bool(stamped[:ctas].all()), (int(stamped.sum()), ctas, plan)
+    assert bool((trace[ctas:] == 0).all())
+    steps = trace[:ctas].diff(dim=1)
+    bad = (steps < 0).nonzero()
+    assert bad.numel() == 0, f"stamps out of order at (cta, point) {bad[:5].tolist()}: {trace[bad[0, 0]].tolist()}"
+    many = _input((2048, 8, 2, 2), torch.float32)
+    with pytest.raises(RuntimeError, match="three-launch plan"):
+        ops.group_norm_channels_last_trace(many, 4, None, None)
+    with pytest.raises(RuntimeError, match="expected a channels_last"):
+        ops.group_norm_channels_last_trace(torch.randn(2, 8, 4, 4, device="cuda"), 4, None, None)
+
 def test_channels_last_matches_nchw():
     """The channels-last kernels and the NCHW ones agree on the same values."""
     x = _input((2, 320, 16, 16), torch.float32)

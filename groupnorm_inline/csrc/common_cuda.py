@@ -25,6 +25,13 @@ COMMON_CUDA_HEADER = r"""
 
 namespace gn_inline {
 
+// The GPU's global nanosecond timer (%globaltimer, every arch), for the kernels' diagnostic phase traces.
+__device__ __forceinline__ int64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+}
+
 // The calling CTA's thread-block cluster, in calls that compile for every target arch: on sm_90+ the
 // cooperative-groups cluster; below sm_90 (no clusters: cooperative_groups declares no this_cluster there, so a
 // multi-arch build such as "8.0;9.0" would not compile) a cluster of one CTA. The host launches a kernel as

@@ -89,10 +89,12 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // held[step * blockDim.x + threadIdx.x] for its step-th row, for apply_tile to normalise without reading them
 // again (all of them when the tile fits, else the first ones: the rest, read last, are the likeliest to be still
 // in L2).
+// loads_done (the phase trace, cl_fused): where set, thread 0 stamps it once its own loads and sums are done.
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
-                                           Vec<T, VEC>* held = nullptr, int64_t held_steps = 0) {
+                                           Vec<T, VEC>* held = nullptr, int64_t held_steps = 0,
+                                           int64_t* loads_done = nullptr) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -159,6 +161,7 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       }
     }
   }
+  if (loads_done != nullptr && threadIdx.x == 0) *loads_done = global_timer_ns();
   // Rows of the CTA per channel: plane k holds element k of every thread's vector (channel col * VEC + k).
   const int plane = gn_cl::sums_plane(t.rows, t.tc);
   double* red_ss = red + VEC * plane;
@@ -474,6 +477,14 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
   apply_tile<T, VEC, AFFINE, Epi>(x, y, w, bias, norm, t, G, cpg, epi, static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x);
 }
 
+// Phase trace of cl_fused (the diagnostics operator group_norm_channels_last_trace): where `trace` is set, thread 0
+// of CTA b stamps %globaltimer (ns) into trace[b * kClTracePoints + point] at each point, in kernel order:
+//   0 entry, 1 its own loads and sums done, 2 the CTA's partial sums written, 3 past the first grid barrier,
+//   4 finalize (or fold) done, 5 past the second grid barrier (fold: = 4), 6 the whole CTA's normalisation done.
+// Off (null) it costs a uniform branch per point.
+constexpr int kClTracePoints = 7;
+constexpr int kClTraceMaxCtasPerSm = 32;  // the trace's rows: this many per SM (2048 threads of 64)
+
 // Steps 1-3 in one cooperative launch (every CTA resident; the host checks): the CTA sums its tile, the grid
 // waits, warps across the grid finalise the (n, g) slices, the grid waits, and the CTA normalises the tile it
 // summed, from its last row back, so the rows it read last (still in L2) come first. Saves the two launches
@@ -486,15 +497,30 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                                                              typename Compute<T>::type* __restrict__ mean_out,
                                                              typename Compute<T>::type* __restrict__ rstd_out,
                                                              Tiling t, int64_t G, int64_t cpg, int slots, double eps,
-                                                             int lanes, int64_t held_steps, bool fold, Epi epi) {
+                                                             int lanes, int64_t held_steps, bool fold,
+                                                             int64_t* __restrict__ trace, Epi epi) {
   namespace cg = cooperative_groups;
   using CT = typename Compute<T>::type;
   extern __shared__ __align__(16) unsigned char cl_fused_smem[];
   const cg::grid_group grid = cg::this_grid();
+  int64_t* const stamps = trace != nullptr ? trace + static_cast<int64_t>(blockIdx.x) * kClTracePoints : nullptr;
+  auto stamp = [&](int point) {
+    if (stamps != nullptr && threadIdx.x == 0) stamps[point] = global_timer_ns();
+  };
+  auto stamp_end = [&] {  // after every thread's normalisation
+    if (stamps != nullptr) {
+      __syncthreads();
+      stamp(6);
+    }
+  };
+  stamp(0);
   double* red = reinterpret_cast<double*>(cl_fused_smem);  // stats_tile's planes, then the held rows (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + 2 * VEC * gn_cl::sums_plane(t.rows, t.tc));
-  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps);
+  stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps,
+                           stamps != nullptr ? stamps + 1 : nullptr);
+  stamp(2);
   grid.sync();
+  stamp(3);
   // The tile index passed through an empty asm: without it the compiler keeps the tile's coordinates (computed
   // in stats_tile) live across the grid barriers, registers the statistics' peak pays for (124 -> 102 for half
   // data, still 2 CTAs per SM; 84 -> 78 for float: 3 CTAs per SM instead of 2).
@@ -503,7 +529,10 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
     asm volatile("" : "+l"(cta));
     SliceNorm<CT>* folded = reinterpret_cast<SliceNorm<CT>*>(red);
     fold_tile_groups<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, folded, lanes, cta);
+    stamp(4);
+    stamp(5);
     apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, folded, t, G, cpg, epi, cta, held, held_steps, true);
+    stamp_end();
     return;
   }
   const int64_t warps = static_cast<int64_t>(blockDim.x) >> 5, warp = threadIdx.x >> 5;  // whole warps only
@@ -511,9 +540,12 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
     finalize_slices<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, norm,
                        static_cast<int64_t>(blockIdx.x) * warps + warp, static_cast<int64_t>(gridDim.x) * warps,
                        lanes);
+  stamp(4);
   grid.sync();
+  stamp(5);
   asm volatile("" : "+l"(cta));
   apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, cta, held, held_steps);
+  stamp_end();
 }
 
 // Groups that one channel tile touches, at most (the `slots` of cl_stats' partial layout).
@@ -985,11 +1017,12 @@ inline ClPlanOverride cl_plan_override() {
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<T>::type* mean,
             typename Compute<T>::type* rstd, int64_t N, int64_t C, int64_t HW, int64_t G, double eps,
-            const gn_act::Params& act, int device, cudaStream_t stream, const at::TensorOptions& opts) {
+            const gn_act::Params& act, int device, cudaStream_t stream, const at::TensorOptions& opts,
+            int64_t* trace) {
   using CT = typename Compute<T>::type;
   const int64_t cpg = C / G;
   const ClPlanOverride force = cl_plan_override();
-  if (force == ClPlanOverride::kAuto) {
+  if (force == ClPlanOverride::kAuto && trace == nullptr) {  // the trace is of the single launch
     const BlockPlan bp = block_plan<T, VEC, AFFINE, Epi>(N, HW, C, cpg, device);
     if (bp.ok) {
       launch_block<T, VEC, AFFINE, Epi>(bp, x, y, w, bias, mean, rstd, HW, C, G, cpg, eps, act, stream);
@@ -1000,6 +1033,10 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
                            ? FusedPlan{}
                            : fused_plan<T, VEC, AFFINE, Epi>(N, HW, C, device, force == ClPlanOverride::kPartial);
   const bool fused = fp.kind != FusedKind::kNone;
+  TORCH_CHECK(trace == nullptr || fused,
+              "group_norm_channels_last_trace: this input takes the three-launch plan, which is not traced");
+  TORCH_CHECK(trace == nullptr || fp.t.ctas() <= int64_t{kClTraceMaxCtasPerSm} * device_info(device).sms,
+              "group_norm_channels_last_trace: more CTAs than the trace has rows");
   const Tiling t = fused ? fp.t : forward_tiling<T, VEC>(N, HW, C, device);
   const size_t smem = fused ? fp.smem : stats_smem(t);
   TORCH_CHECK(t.ctas() <= 0x7fffffff, gn_inline_msg::cat("group_norm_forward_cuda: channels-last input of ", N,
@@ -1024,11 +1061,11 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     if (fp.kind == FusedKind::kHeld || fp.kind == FusedKind::kPartial)
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        lanes, fp.held_steps, fold, make_epilogue<Epi>(act)));
+                                        lanes, fp.held_steps, fold, trace, make_epilogue<Epi>(act)));
     else
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        lanes, int64_t{0}, fold, make_epilogue<Epi>(act)));
+                                        lanes, int64_t{0}, fold, trace, make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
@@ -1047,7 +1084,7 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
 template <typename T, bool AFFINE>
 void forward_typed(const at::Tensor& input, at::Tensor& y, const gn_inline_forward::AffineParams& params,
                    at::Tensor& mean, at::Tensor& rstd, int64_t G, int64_t HW, double eps, const gn_act::Params& act,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, int64_t* trace) {
   using CT = typename Compute<T>::type;
   constexpr int V = vec16<T>();
   const int64_t N = input.size(0), C = input.size(1);
@@ -1062,14 +1099,14 @@ void forward_typed(const at::Tensor& input, at::Tensor& y, const gn_inline_forwa
   CT* r = rstd.data_ptr<CT>();
   const at::TensorOptions opts = input.options();
   if (act.kind == gn_act::kNone) {
-    if (vectorised) launch<T, V, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
-    else launch<T, 1, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+    if (vectorised) launch<T, V, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts, trace);
+    else launch<T, 1, AFFINE, gn_act::Identity>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts, trace);
   } else if (act.kind == gn_act::kSilu && vectorised && !std::is_same_v<T, double>) {
     if constexpr (!std::is_same_v<T, double>)
-      launch<T, V, AFFINE, gn_act::Silu>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+      launch<T, V, AFFINE, gn_act::Silu>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts, trace);
   } else {
-    if (vectorised) launch<T, V, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
-    else launch<T, 1, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts);
+    if (vectorised) launch<T, V, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts, trace);
+    else launch<T, 1, AFFINE, gn_act::Runtime>(x, out, w, b, m, r, N, C, HW, G, eps, act, device, stream, opts, trace);
   }
 }
 
@@ -1125,12 +1162,12 @@ std::string describe(const at::Tensor& input, int64_t G) {
 // dtype) or none; mean, rstd: (N, G).
 void launch_forward_channels_last(const at::Tensor& input, at::Tensor& y, const gn_inline_forward::AffineParams& params,
                                   at::Tensor& mean, at::Tensor& rstd, int64_t G, int64_t HW, double eps,
-                                  const gn_act::Params& act, cudaStream_t stream) {
+                                  const gn_act::Params& act, cudaStream_t stream, int64_t* trace = nullptr) {
   TORCH_CHECK_NOT_IMPLEMENTED(gn_inline_forward::dispatched_type(input.scalar_type()),
                               gn_inline_msg::not_implemented_for("group_norm_forward_cuda", input.scalar_type()));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "group_norm_forward_cuda", [&] {
-    if (params.affine()) cl_forward::forward_typed<scalar_t, true>(input, y, params, mean, rstd, G, HW, eps, act, stream);
-    else cl_forward::forward_typed<scalar_t, false>(input, y, params, mean, rstd, G, HW, eps, act, stream);
+    if (params.affine()) cl_forward::forward_typed<scalar_t, true>(input, y, params, mean, rstd, G, HW, eps, act, stream, trace);
+    else cl_forward::forward_typed<scalar_t, false>(input, y, params, mean, rstd, G, HW, eps, act, stream, trace);
   });
 }
 """

@@ -1107,7 +1107,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_impl(const at::Tensor& in
   if (call.channels_last) {
     TORCH_CHECK(force == nullptr || *force == "auto",
                 "group_norm_forward_with_plan: named plans take NCHW-contiguous inputs only");
-    launch_forward_channels_last(input, y, call.params, mean, rstd, num_groups, HW, eps, call.act, stream);
+    launch_forward_channels_last(input, y, call.params, mean, rstd, num_groups, HW, eps, call.act, stream, trace);
     return {y, mean, rstd};
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, st, "group_norm_forward_cuda", [&] {
@@ -1150,6 +1150,24 @@ at::Tensor group_norm_streamed_trace_cuda(const at::Tensor& input, int64_t num_g
   return trace;
 }
 
+// Diagnostics of the channels-last single launch (cl_fused): runs the forward of a channels-last input once, as
+// group_norm_forward would but never the block plan, and returns thread 0's %globaltimer stamps, int64
+// (SMs * kClTraceMaxCtasPerSm, kClTracePoints): row = CTA index in the grid, zeros beyond the grid. See
+// kClTracePoints for what each stamp marks. Inputs that take the three-launch plan raise.
+at::Tensor group_norm_channels_last_trace_cuda(const at::Tensor& input, int64_t num_groups,
+                                               const std::optional<at::Tensor>& weight,
+                                               const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(input.is_cuda(), "group_norm_channels_last_trace: expected a CUDA input");
+  TORCH_CHECK(gn_inline_forward::is_channels_last(input),
+              "group_norm_channels_last_trace: expected a channels_last (4-D) or channels_last_3d (5-D) input");
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor trace = at::zeros({int64_t{device_info(input.get_device()).sms} * cl_forward::kClTraceMaxCtasPerSm,
+                                cl_forward::kClTracePoints},
+                               input.options().dtype(at::kLong));
+  forward_impl(input, num_groups, weight, bias, 1e-5, gn_act::kNone, 0.0, 0.0, nullptr, trace.data_ptr<int64_t>());
+  return trace;
+}
+
 // The plan group_norm_forward_cuda would take for this input (see the module docstring); launches nothing.
 std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_groups, bool affine) {
   TORCH_CHECK(input.is_cuda() && input.dim() >= 2 && num_groups > 0 && input.size(1) % num_groups == 0 &&
@@ -1184,13 +1202,15 @@ std::string group_norm_forward_plan_cuda(const at::Tensor& input, int64_t num_gr
 
 }  // namespace gn_inline
 
-// A CUDA-only diagnostics operator, defined here rather than beside the portable schemas.
+// CUDA-only diagnostics operators, defined here rather than beside the portable schemas.
 TORCH_LIBRARY_FRAGMENT(GN_NAMESPACE, m) {
   m.def("group_norm_streamed_trace(Tensor input, int num_groups, str plan) -> Tensor");
+  m.def("group_norm_channels_last_trace(Tensor input, int num_groups, Tensor? weight, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(GN_NAMESPACE, CUDA, m) {
   m.impl("group_norm_streamed_trace", &gn_inline::group_norm_streamed_trace_cuda);
+  m.impl("group_norm_channels_last_trace", &gn_inline::group_norm_channels_last_trace_cuda);
   m.impl("group_norm_forward", &gn_inline::group_norm_forward_cuda);
   m.impl("group_norm_forward_plan", &gn_inline::group_norm_forward_plan_cuda);
   m.impl("group_norm_forward_with_plan", &gn_inline::group_norm_forward_with_plan_cuda);
