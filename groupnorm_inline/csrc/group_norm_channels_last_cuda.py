@@ -90,13 +90,14 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // again (all of them when the tile fits, else the first ones: the rest, read last, are the likeliest to be still
 // in L2).
 // loads_done (the phase trace, cl_fused): where set, thread 0 stamps it once its own loads and sums are done.
-// deep: kDeepUnroll loads per thread in flight instead of kUnroll (trial switch, GROUPNORM_INLINE_CL_TRIAL).
-constexpr int kDeepUnroll = 8;
+// (kUnroll loads per thread in flight. Eight instead of four changed nothing: the phase trace of the single launch
+// on an H200 put its statistics at 9.5 us either way at (2, 320, 128, 128) fp16 and 24.3 at (1, 128, 512, 512),
+// benchmarks/NOTES.md "phase trace".)
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
                                            Vec<T, VEC>* held = nullptr, int64_t held_steps = 0,
-                                           int64_t* loads_done = nullptr, bool deep = false) {
+                                           int64_t* loads_done = nullptr) {
   using C = typename Compute<T>::type;
   const Tile p = gn_cl::tile_of(t, cta);
   const int col = static_cast<int>(threadIdx.x) % t.tc, r0 = static_cast<int>(threadIdx.x) / t.tc;
@@ -113,61 +114,55 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
 #pragma unroll
     for (int k = 0; k < VEC; ++k) K[k] = static_cast<C>(xn[(c + k) / cpg * cpg]);  // row 0 of the group
     const int64_t step = static_cast<int64_t>(t.rows) * t.C;
-    // The thread's rows, U at a time: U loads in flight, stored to `held` (HOLD), summed, then the next U.
-    auto rows_summed = [&](auto unroll) {
-      constexpr int U = decltype(unroll)::value;
-      int64_t r = p.row0 + r0;
-      const T* ptr = xn + r * t.C + c;
-      int j = 0;  // this thread's row step within the tile
-      for (; r + (U - 1) * t.rows < p.row1; r += U * t.rows, ptr += U * step, j += U) {
-        Vec<T, VEC> v[U];
+    int64_t r = p.row0 + r0;
+    const T* ptr = xn + r * t.C + c;
+    int j = 0;  // this thread's row step within the tile
+    for (; r + (kUnroll - 1) * t.rows < p.row1; r += kUnroll * t.rows, ptr += kUnroll * step, j += kUnroll) {
+      Vec<T, VEC> v[kUnroll];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
-        if constexpr (HOLD) {
+      for (int u = 0; u < kUnroll; ++u) v[u] = load_vec<T, VEC>(ptr + u * step);
+      if constexpr (HOLD) {
 #pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
-        }
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          C ls = 0, lss = 0;
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const C d = static_cast<C>(v[u].v[k]) - K[k];
-            ls += d;
-            lss += d * d;
-          }
-          s[k] += ls;
-          ss[k] += lss;
-        }
+        for (int u = 0; u < kUnroll; ++u)
+          if (j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
       }
-      if (r < p.row1) {  // fewer than U rows left: one batch of guarded loads, not a chain of single ones
-        Vec<T, VEC> v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (r + u * t.rows < p.row1) v[u] = load_vec<T, VEC>(ptr + u * step);
-        if constexpr (HOLD) {
+      for (int k = 0; k < VEC; ++k) {
+        C ls = 0, lss = 0;
 #pragma unroll
-          for (int u = 0; u < U; ++u)
-            if (r + u * t.rows < p.row1 && j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+        for (int u = 0; u < kUnroll; ++u) {
+          const C d = static_cast<C>(v[u].v[k]) - K[k];
+          ls += d;
+          lss += d * d;
         }
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          C ls = 0, lss = 0;
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            if (r + u * t.rows >= p.row1) continue;
-            const C d = static_cast<C>(v[u].v[k]) - K[k];
-            ls += d;
-            lss += d * d;
-          }
-          s[k] += ls;
-          ss[k] += lss;
-        }
+        s[k] += ls;
+        ss[k] += lss;
       }
-    };
-    if (deep) rows_summed(std::integral_constant<int, kDeepUnroll>{});
-    else rows_summed(std::integral_constant<int, kUnroll>{});
+    }
+    if (r < p.row1) {  // fewer than kUnroll rows left: one batch of guarded loads, not a chain of single ones
+      Vec<T, VEC> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (r + u * t.rows < p.row1) v[u] = load_vec<T, VEC>(ptr + u * step);
+      if constexpr (HOLD) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (r + u * t.rows < p.row1 && j + u < held_steps) held[(j + u) * blockDim.x + threadIdx.x] = v[u];
+      }
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        C ls = 0, lss = 0;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (r + u * t.rows >= p.row1) continue;
+          const C d = static_cast<C>(v[u].v[k]) - K[k];
+          ls += d;
+          lss += d * d;
+        }
+        s[k] += ls;
+        ss[k] += lss;
+      }
+    }
   }
   if (loads_done != nullptr && threadIdx.x == 0) *loads_done = global_timer_ns();
   // Rows of the CTA per channel: plane k holds element k of every thread's vector (channel col * VEC + k).
@@ -507,7 +502,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
                                                              typename Compute<T>::type* __restrict__ mean_out,
                                                              typename Compute<T>::type* __restrict__ rstd_out,
                                                              Tiling t, int64_t G, int64_t cpg, int slots, double eps,
-                                                             int lanes, int64_t held_steps, bool fold, bool deep,
+                                                             int lanes, int64_t held_steps, bool fold,
                                                              int64_t* __restrict__ trace, Epi epi) {
   namespace cg = cooperative_groups;
   using CT = typename Compute<T>::type;
@@ -527,7 +522,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   double* red = reinterpret_cast<double*>(cl_fused_smem);  // stats_tile's planes, then the held rows (HOLD)
   Vec<T, VEC>* held = reinterpret_cast<Vec<T, VEC>*>(red + 2 * VEC * gn_cl::sums_plane(t.rows, t.tc));
   stats_tile<T, VEC, HOLD>(x, partial, t, cpg, slots, blockIdx.x, red, held, held_steps,
-                           stamps != nullptr ? stamps + 1 : nullptr, deep);
+                           stamps != nullptr ? stamps + 1 : nullptr);
   stamp(2);
   grid.sync();
   stamp(3);
@@ -602,13 +597,6 @@ struct FusedPlan {
   size_t smem = 0;
   int64_t held_steps = 0;  // rows per thread kept in shared memory (cl_fused<HOLD>), from the first
 };
-
-// GROUPNORM_INLINE_CL_TRIAL (read per call; a trial's A/B in one build): bit 0, the single launch's statistics
-// keep kDeepUnroll loads per thread in flight.
-inline int cl_trial() {
-  const char* v = std::getenv("GROUPNORM_INLINE_CL_TRIAL");
-  return v == nullptr ? 0 : std::atoi(v);
-}
 
 // GROUPNORM_INLINE_CL_FOLD (read per call; benchmarks and tests): 0 never folds, 1 folds wherever the
 // constants fit the reduction space; unset: the rule of fold_pays.
@@ -1061,7 +1049,6 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
   const int slots = max_slots(t, cpg);
   const bool fold = fused && fold_pays<CT>(t, cpg, slots);
   const int lanes = fold ? fold_lanes(t, slots) : finalize_lanes(t);
-  const bool deep = (cl_trial() & 1) != 0;
   at::Tensor partial = at::empty({t.ctas() * slots * 2}, opts.dtype(at::kDouble));
   at::Tensor norm = at::empty({static_cast<int64_t>(N * G * sizeof(SliceNorm<CT>))}, opts.dtype(at::kByte));
   auto* norm_ptr = reinterpret_cast<SliceNorm<CT>*>(norm.data_ptr());
@@ -1079,11 +1066,11 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
     if (fp.kind == FusedKind::kHeld || fp.kind == FusedKind::kPartial)
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, true>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        lanes, fp.held_steps, fold, deep, trace, make_epilogue<Epi>(act)));
+                                        lanes, fp.held_steps, fold, trace, make_epilogue<Epi>(act)));
     else
       C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_fused<T, VEC, AFFINE, Epi, false>, x, y, w, bias,
                                         partial.data_ptr<double>(), norm_ptr, mean, rstd, t, G, cpg, slots, eps,
-                                        lanes, int64_t{0}, fold, deep, trace, make_epilogue<Epi>(act)));
+                                        lanes, int64_t{0}, fold, trace, make_epilogue<Epi>(act)));
     return;
   }
   cl_stats<T, VEC><<<static_cast<unsigned>(t.ctas()), t.threads(), smem, stream>>>(x, partial.data_ptr<double>(), t,
