@@ -3,10 +3,8 @@
     python benchmarks/cl_trace.py [--runs 30] [--rows '2,320,128,128:32:fp16;...']   # log to $OUT when set
 
 `group_norm_channels_last_trace` runs the channels-last forward once as the op would (never the block plan) and
-returns, per CTA, thread 0's stamps at ten points: entry, its own loads and sums done, the CTA's partial sums
-written, past grid barrier 1, three steps of the finalize of thread 0's first slice (its share of the partial sums
-loaded and added, the lanes' sums combined, the constants computed and stored; equal to the next point in CTAs
-whose thread 0 finalises nothing), finalize (or fold) done, past grid barrier 2, the whole CTA's normalisation done.
+returns, per CTA, thread 0's stamps at seven points: entry, its own loads and sums done, the CTA's partial sums
+written, past grid barrier 1, finalize (or fold) done, past grid barrier 2, the whole CTA's normalisation done.
 L2 is flushed before every run. Per row this prints, as medians over the runs:
 
   at      each point's time after the first CTA's entry (the kernel's start): earliest CTA, median, latest;
@@ -36,8 +34,7 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, 
 # The few-MB and large channels-last rows of the suite (unet, vae, video): the ones furthest above the copy.
 DEFAULT_ROWS = ("1,320,64,64:32:fp16;2,640,64,64:32:fp16;2,320,128,128:32:fp16;1,512,128,128:32:fp16;"
                 "2,1280,32,32:32:fp16;1,128,8,128,128:32:bf16;1,128,512,512:32:fp16")
-POINTS = ["entry", "loads summed", "partials written", "barrier 1", "fin: sums loaded", "fin: lanes combined",
-          "fin: stored", "finalized", "barrier 2", "normalised"]
+POINTS = ["entry", "loads summed", "partials written", "barrier 1", "finalized", "barrier 2", "normalised"]
 LOG: list[str] = []
 
 
@@ -74,7 +71,6 @@ def trace_row(ops, shape, groups, dtype, runs: int, flush: L2Flusher) -> None:
     at = [[[] for _ in range(3)] for _ in POINTS]      # point -> (earliest, median, latest) over runs, us
     phase = [[[] for _ in range(2)] for _ in POINTS[1:]]  # phase -> (median CTA, slowest CTA) over runs, us
     total = []
-    workers = [[] for _ in range(3)]  # finalize steps 3->4, 4->5, 5->6 of the CTAs that finalised: median, us
     for _ in range(runs):
         flush()
         t = ops.group_norm_channels_last_trace(x, groups, w, b).cpu().double()
@@ -91,25 +87,16 @@ def trace_row(ops, shape, groups, dtype, runs: int, flush: L2Flusher) -> None:
             phase[k - 1][0].append(float(d.median()))
             phase[k - 1][1].append(float(d.max()))
         total.append(float(rel[:, -1].max()))
-        # CTAs whose thread 0 finalised a slice: points 4-6 differ from 7 (elsewhere they are set equal to it).
-        did = ~((t[:, 4] == t[:, 7]) & (t[:, 5] == t[:, 7]) & (t[:, 6] == t[:, 7]))
-        if bool(did.any()):
-            for k in range(3):
-                workers[k].append(float((rel[did, 4 + k] - rel[did, 3 + k]).median()))
     log(f"  {t.shape[0]} CTAs; first entry to last CTA done: median {statistics.median(total):.2f} us over {runs} "
         "runs (L2 flushed)")
-    log(f"  {'point':<20s} {'earliest':>9s} {'median':>9s} {'latest':>9s}   phase to it: median CTA, slowest CTA")
+    log(f"  {'point':<17s} {'earliest':>9s} {'median':>9s} {'latest':>9s}   phase to it: median CTA, slowest CTA")
     for k, name in enumerate(POINTS):
         e, m, l_ = (statistics.median(v) for v in at[k])
         tail = ""
         if k > 0:
             pm, px = (statistics.median(v) for v in phase[k - 1])
             tail = f"   {pm:9.2f} {px:9.2f}"
-        log(f"  {name:<20s} {e:9.2f} {m:9.2f} {l_:9.2f}{tail}")
-    if workers[0]:
-        steps = ", ".join(f"{label} {statistics.median(v):.2f}" for label, v in
-                          zip(("sums loaded", "lanes combined", "stored"), workers))
-        log(f"  finalising CTAs' thread 0, median us per step from barrier 1: {steps}")
+        log(f"  {name:<17s} {e:9.2f} {m:9.2f} {l_:9.2f}{tail}")
     del x
     torch.cuda.empty_cache()
 

@@ -283,7 +283,7 @@ def test_forward_large_input_reread_from_l2(dtype, hold, fold, monkeypatch):
 @pytest.mark.parametrize("fold", ["1", "0"], ids=["fold", "finalize"])
 def test_trace_of_the_single_launch(fold, monkeypatch):
     """group_norm_channels_last_trace (diagnostics, benchmarks/cl_trace.py): the single launch's CTAs, as many as
-    the plan names, each stamp their ten points in order; the rows past the grid stay zero; the output it
+    the plan names, each stamp their seven points in order; the rows past the grid stay zero; the output it
     computed on the way is the plain forward's (checked above, same kernel); an input of the three-launch plan
     raises."""
     import re
@@ -299,7 +299,7 @@ def test_trace_of_the_single_launch(fold, monkeypatch):
     ctas = int(re.search(r"statistics over (\d+) tiles", plan).group(1))
     monkeypatch.delenv(PLAN_ENV)
     trace = ops.group_norm_channels_last_trace(x, 32, w, b).cpu()
-    assert trace.dtype == torch.int64 and trace.shape[1] == 10, trace.shape
+    assert trace.dtype == torch.int64 and trace.shape[1] == 7, trace.shape
     stamped = (trace > 0).all(dim=1)
     assert int(stamped.sum()) == ctas and bool(stamped[:ctas].all()), (int(stamped.sum()), ctas, plan)
     assert bool((trace[ctas:] == 0).all())

@@ -73,14 +73,6 @@ using gn_cl::Tiling;
 using gn_cl::Tile;
 using gn_cl::kUnroll;
 
-// %globaltimer read once `v` is computed (an input of the asm, so the read cannot move above the work that produces
-// v): the phase trace's stamps after a computation rather than after a barrier.
-__device__ __forceinline__ int64_t timer_after(double v) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "d"(v));
-  return static_cast<int64_t>(t);
-}
-
 // Channels [lo, hi) of group g inside the channel tile [tile_c0, tile_c1), relative to tile_c0.
 __device__ __forceinline__ int64_t group_lo(int64_t g, int64_t cpg, int64_t tile_c0) {
   return (g * cpg > tile_c0 ? g * cpg : tile_c0) - tile_c0;
@@ -172,7 +164,7 @@ __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __re
       }
     }
   }
-  if (loads_done != nullptr && threadIdx.x == 0) *loads_done = timer_after(s[0] + ss[0]);
+  if (loads_done != nullptr && threadIdx.x == 0) *loads_done = global_timer_ns();
   // Rows of the CTA per channel: plane k holds element k of every thread's vector (channel col * VEC + k).
   const int plane = gn_cl::sums_plane(t.rows, t.tc);
   double* red_ss = red + VEC * plane;
@@ -313,14 +305,12 @@ __device__ __forceinline__ void finalize_slices(const T* __restrict__ x, const d
                                                 typename Compute<T>::type* __restrict__ mean_out,
                                                 typename Compute<T>::type* __restrict__ rstd_out,
                                                 SliceNorm<typename Compute<T>::type>* __restrict__ norm,
-                                                int64_t warp, int64_t warps, int lanes, int64_t* stamps = nullptr) {
+                                                int64_t warp, int64_t warps, int lanes) {
   using C = typename Compute<T>::type;
   const int lane = threadIdx.x & 31, sub = lane % lanes;
   const int64_t per_warp = 32 / lanes, slices = t.N * G;
   for (int64_t base = warp * per_warp; base < slices; base += warps * per_warp) {  // warp-uniform bound
     const int64_t slice = base + lane / lanes;
-    // The phase trace (cl_fused): thread 0 stamps its first slice's steps, points 4-6 of kClTracePoints.
-    const bool traced = stamps != nullptr && threadIdx.x == 0 && base == warp * per_warp;
     double s = 0, ss = 0;
     C K = C(0);
     if (slice < slices) {
@@ -329,14 +319,11 @@ __device__ __forceinline__ void finalize_slices(const T* __restrict__ x, const d
       if (sub == 0) K = static_cast<C>(x[n * t.HW * t.C + g * cpg]);
       group_partial_sums(partial, t, cpg, slots, n, g, sub, lanes, s, ss);
     }
-    if (traced) stamps[4] = timer_after(s + ss);
     lanes_sum(s, ss, lanes);
-    if (traced) stamps[5] = timer_after(s + ss);
     if (slice < slices && sub == 0) {
       const SliceNorm<C> nm = norm_from_sums<C>(s, ss, static_cast<double>(cpg) * static_cast<double>(t.HW), K, eps);
       write_stats(nm, mean_out, rstd_out, slice);
       norm[slice] = nm;
-      if (traced) stamps[6] = timer_after(static_cast<double>(nm.rstd));
     }
   }
 }
@@ -498,12 +485,9 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
 // Phase trace of cl_fused (the diagnostics operator group_norm_channels_last_trace): where `trace` is set, thread 0
 // of CTA b stamps %globaltimer (ns) into trace[b * kClTracePoints + point] at each point, in kernel order:
 //   0 entry, 1 its own loads and sums done, 2 the CTA's partial sums written, 3 past the first grid barrier,
-//   4-6 the finalize of thread 0's first slice: 4 its share of the partial sums loaded and added, 5 its lanes'
-//       sums combined, 6 the slice's constants computed (the shift's load waited for) and stored; in CTAs whose
-//       thread 0 finalises nothing (and with the fold) 4-6 = 7,
-//   7 finalize (or fold) done, 8 past the second grid barrier (fold: = 7), 9 the whole CTA's normalisation done.
+//   4 finalize (or fold) done, 5 past the second grid barrier (fold: = 4), 6 the whole CTA's normalisation done.
 // Off (null) it costs a uniform branch per point.
-constexpr int kClTracePoints = 10;
+constexpr int kClTracePoints = 7;
 constexpr int kClTraceMaxCtasPerSm = 32;  // the trace's rows: this many per SM (2048 threads of 64)
 
 // Steps 1-3 in one cooperative launch (every CTA resident; the host checks): the CTA sums its tile, the grid
@@ -531,15 +515,7 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   auto stamp_end = [&] {  // after every thread's normalisation
     if (stamps != nullptr) {
       __syncthreads();
-      stamp(9);
-    }
-  };
-  auto stamp_finalized = [&] {  // point 7, and 4-6 where thread 0 finalised nothing
-    if (stamps != nullptr && threadIdx.x == 0) {
-      const int64_t now = global_timer_ns();
-      for (int q = 4; q <= 6; ++q)
-        if (stamps[q] == 0) stamps[q] = now;
-      stamps[7] = now;
+      stamp(6);
     }
   };
   stamp(0);
@@ -558,8 +534,8 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
     asm volatile("" : "+l"(cta));
     SliceNorm<CT>* folded = reinterpret_cast<SliceNorm<CT>*>(red);
     fold_tile_groups<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, folded, lanes, cta);
-    stamp_finalized();
-    stamp(8);
+    stamp(4);
+    stamp(5);
     apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, folded, t, G, cpg, epi, cta, held, held_steps, true);
     stamp_end();
     return;
@@ -568,10 +544,10 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_fused(const T* __restri
   if (warp < warps)
     finalize_slices<T>(x, partial, t, G, cpg, slots, eps, mean_out, rstd_out, norm,
                        static_cast<int64_t>(blockIdx.x) * warps + warp, static_cast<int64_t>(gridDim.x) * warps,
-                       lanes, stamps);
-  stamp_finalized();
+                       lanes);
+  stamp(4);
   grid.sync();
-  stamp(8);
+  stamp(5);
   asm volatile("" : "+l"(cta));
   apply_tile<T, VEC, AFFINE, Epi, HOLD>(x, y, w, bias, norm, t, G, cpg, epi, cta, held, held_steps);
   stamp_end();
