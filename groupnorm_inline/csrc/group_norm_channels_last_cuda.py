@@ -91,8 +91,8 @@ __device__ __forceinline__ int64_t group_hi(int64_t g, int64_t cpg, int64_t tile
 // in L2).
 // loads_done (the phase trace, cl_fused): where set, thread 0 stamps it once its own loads and sums are done.
 // (kUnroll loads per thread in flight. Eight instead of four changed nothing: the phase trace of the single launch
-// on an H200 put its statistics at 9.5 us either way at (2, 320, 128, 128) fp16 and 24.3 at (1, 128, 512, 512),
-// benchmarks/NOTES.md "phase trace".)
+// on an H200 put its statistics at 9.5 us either way at (2, 320, 128, 128) fp16 and 24.3 at (1, 128, 512, 512):
+// benchmarks/NOTES.md, "The channels-last single launch, phase by phase".)
 template <typename T, int VEC, bool HOLD = false>
 __device__ __forceinline__ void stats_tile(const T* __restrict__ x, double* __restrict__ partial, const Tiling& t,
                                            int64_t cpg, int slots, int64_t cta, double* red,
