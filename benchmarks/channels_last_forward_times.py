@@ -8,7 +8,8 @@ Per row: a copy of the tensor (channels-last in and out), our public op and eage
 then the plan our forward took. `--plans fused,three` adds our op with GROUPNORM_INLINE_CL_FORWARD_PLAN set to each
 (read by the op on every call) to the same round-robin, `--envs NAME=VALUE,...` our op under each setting;
 `--rows block` times the rows the block plan takes (`all`: both sets; `large`: inputs larger than shared
-memory; `samples`: several samples each too large for the block plan); `--kernels` adds each provider's GPU
+memory; `samples`: several samples each too large for the block plan; `held`: inputs of a few MB to ~30 MB, where
+the block plan holds rows in shared memory); `--kernels` adds each provider's GPU
 kernel time per call (torch.profiler), which a slow host cannot inflate. Inputs are random normal values; weight
 and bias in the input's dtype. Appends to DIR/channels_last_forward_times.txt, so that both builds' tables land in
 one file.
@@ -136,6 +137,24 @@ def with_envs(settings: dict, fn):
     return call
 
 
+HELD_ROWS = [  # a few MB to ~30 MB, one or two samples: the block plan holding rows in shared memory where it fits
+    ((1, 320, 64, 64), 32, torch.float16),
+    ((2, 320, 128, 128), 32, torch.float16),
+    ((2, 320, 128, 128), 32, torch.bfloat16),
+    ((2, 320, 128, 128), 32, torch.float32),
+    ((1, 512, 128, 128), 32, torch.float16),
+    ((2, 640, 64, 64), 32, torch.float16),
+    ((1, 320, 96, 96), 32, torch.float16),
+    ((4, 256, 64, 64), 32, torch.float16),
+    ((1, 128, 256, 256), 32, torch.float16),
+    ((2, 512, 64, 64), 32, torch.bfloat16),
+    ((1, 256, 128, 128), 32, torch.float32),
+    ((1, 64, 16, 64, 64), 32, torch.float16),
+    ((3, 640, 48, 48), 32, torch.float16),
+    ((2, 96, 50, 50), 32, torch.float64),
+]
+
+
 def parse_settings(column: str) -> dict:
     """`A=1+B=x` -> {"A": "1", "B": "x"}: one column's settings."""
     return dict(part.split("=", 1) for part in column.split("+"))
@@ -154,7 +173,8 @@ def main() -> int:
     ap.add_argument("--plans", default="", help="comma-separated forced plans to time beside the automatic one")
     ap.add_argument("--envs", default="", help="comma-separated NAME=VALUE settings, each timed as a column of its "
                     "own (our op with that variable set for the call); NAME=VALUE+NAME2=VALUE2 sets both")
-    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large", "samples"])
+    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large", "samples",
+                                                             "held"])
     ap.add_argument("--kernels", action="store_true", help="also the kernels' GPU time per call (torch.profiler)")
     args = ap.parse_args()
     import groupnorm_inline as gn
@@ -167,7 +187,7 @@ def main() -> int:
              f"{args.iters} (us)", "| row | copy | ours | " + "".join(f"{p} | " for p in plans) +
              "eager | ours/copy | plan |", "|---|--:|--:|" + "--:|" * len(plans) + "--:|--:|---|"]
     rows = {"main": ROWS, "block": BLOCK_ROWS, "all": ROWS + BLOCK_ROWS, "large": LARGE_ROWS,
-            "samples": SAMPLE_ROWS}[args.rows]
+            "samples": SAMPLE_ROWS, "held": HELD_ROWS}[args.rows]
     for shape, G, dtype in rows:
         fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
         x = torch.randn(shape, device="cuda").to(dtype).contiguous(memory_format=fmt)
@@ -183,6 +203,10 @@ def main() -> int:
         fns["eager"] = lambda: F.group_norm(x, G, w, b)
         t = round_robin(fns, args.iters)
         plan = forward_plan(x, G).split(":")[0]
+        for p in envs:  # the plan under each setting, where it differs
+            with_plan = with_envs(parse_settings(p), lambda: forward_plan(x, G).split(":")[0])()
+            if with_plan != plan:
+                plan += f" · {p}: {with_plan}"
         if args.kernels:
             k = {name: kernel_us(fn, 20) for name, fn in fns.items()}
             plan += " · kernels (us): " + ", ".join(f"{name} {v:.1f}" for name, v in k.items())

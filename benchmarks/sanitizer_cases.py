@@ -35,6 +35,7 @@ CASES = [  # (shape, groups, dtype, memory format)
     ((1, 8, 32, 64), 4, torch.float32, torch.channels_last),          # block plan, 256 threads x 8 rows each
     ((2, 96, 50, 50), 32, torch.float16, torch.channels_last),        # block plan, clusters of 4, last rank short
     ((1, 320, 64, 64), 32, torch.float16, torch.channels_last),       # block plan, clusters of 16
+    ((3, 640, 48, 48), 32, torch.float16, torch.channels_last),       # block plan, rows held in shared memory
 ]
 
 

@@ -261,6 +261,44 @@ def test_forward_block_plan_clusters(shape, groups, dtype):
     _check_plan_on(x, groups, plan)
 
 
+# Rows held in shared memory beside the registers: the block plan where a CTA's share of its tile outnumbers
+# kBlockVecs rows per thread of a full CTA (16-byte vectors only). HELD_SHAPES take it by the rule in half
+# precision on a Hopper GPU (inputs of 6-11 MB in tiles of 40 channels, 80-byte rows; clusters all resident at
+# once); under GROUPNORM_INLINE_CL_BLOCK_HOLD=force the block and cluster shapes take it as well (one held row
+# per thread and up: a partial last row slot, ranks with fewer rows, one-channel groups, every dtype).
+BLOCK_HOLD_ENV = "GROUPNORM_INLINE_CL_BLOCK_HOLD"
+HELD_SHAPES = [
+    ((3, 640, 48, 48), 32),
+    ((2, 640, 64, 64), 32),
+    ((1, 320, 96, 96), 32),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", HELD_SHAPES, ids=[f"{tuple(s)}-G{g}" for s, g in HELD_SHAPES])
+def test_forward_block_plan_held_rows(shape, groups, dtype):
+    from groupnorm_inline.functional import forward_plan
+    x = _input(shape, dtype)
+    plan = forward_plan(x, groups)
+    if dtype == torch.float16 and torch.cuda.get_device_capability(x.device)[0] >= 9:
+        assert plan.startswith("channels_last block") and "shared memory" in plan, plan
+    _check_plan_on(x, groups, plan)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", BLOCK_SHAPES + CLUSTER_SHAPES,
+                         ids=[f"{tuple(s)}-G{g}" for s, g in BLOCK_SHAPES + CLUSTER_SHAPES])
+def test_forward_block_plan_forced_held_rows(shape, groups, dtype, monkeypatch):
+    from groupnorm_inline.functional import forward_plan
+    monkeypatch.setenv(BLOCK_HOLD_ENV, "force")
+    x = _input(shape, dtype)
+    plan = forward_plan(x, groups)
+    assert plan.startswith("channels_last block"), plan
+    # 16-byte vectors wherever C fills them (a fresh tensor is aligned); scalar accesses hold nothing
+    assert ("shared memory" in plan) == (shape[1] * x.element_size() % 16 == 0), plan
+    _check_plan_on(x, groups, plan)
+
+
 @pytest.mark.parametrize("fold", ["1", "0"], ids=["fold", "finalize"])
 @pytest.mark.parametrize("hold", ["1", "0"], ids=["partly-held", "reread"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)

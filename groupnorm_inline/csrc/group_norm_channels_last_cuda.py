@@ -723,6 +723,7 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_pa
 // little work per thread, so its cost is latency, paid once per wave of CTAs: the plan takes only inputs whose
 // CTAs are all resident at once (module docstring, "block plan").
 constexpr int kBlockVecs = 8;         // vectors held per thread at most: 32 registers at 16 bytes
+constexpr int kBlockHoldMinVecs = 4;  // 16-byte vectors per tile row, at least, for rows held in shared memory
 constexpr int kBlockMaxThreads = 256;  // 512 lost to cl_fused: 14.1 vs 11.4 us at (4,64,64,64) fp32 (H200 kernels)
 constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (a 64 bound measured slower)
 
@@ -734,6 +735,7 @@ struct BlockPlan {
   int threads = 0;   // tc * rows rounded up to whole warps (the extra threads hold nothing)
   int lanes = 1;     // lanes that add one channel's row partials (a power of two, at most 32)
   int cluster = 1;   // CTAs per (sample, tile), each holding its share of the rows (1: no cluster)
+  int held = 0;      // rows per thread held in shared memory beside its kBlockVecs in registers (16-byte vectors)
   int64_t ctas = 0;  // N * (C / cw) * cluster
   size_t smem = 0;
 };
@@ -741,10 +743,34 @@ struct BlockPlan {
 // Dynamic shared memory of cl_block: per-channel totals (cw pairs of double), per-channel constants (K, a,
 // shift: cw each, compute type), then every thread's per-channel partial sums (2 * vec planes of
 // gn_cl::sums_plane(rows, tc) values).
+// With rows held in shared memory (held > 0): then, from the next 16-byte boundary, held vectors of 16 bytes per
+// thread, held_vecs[i * blockDim.x + thread] for the thread's (kBlockVecs + i)-th row (conflict-free accesses).
 template <typename CT>
-inline size_t block_smem(int rows, int tc, int vec, int cw) {
-  return static_cast<size_t>(cw) * 2 * sizeof(double) + static_cast<size_t>(cw) * 3 * sizeof(CT) +
-         static_cast<size_t>(gn_cl::sums_plane(rows, tc)) * vec * 2 * sizeof(CT);
+__host__ __device__ __forceinline__ size_t block_held_offset(int rows, int tc, int vec, int cw) {
+  const size_t bytes = static_cast<size_t>(cw) * 2 * sizeof(double) + static_cast<size_t>(cw) * 3 * sizeof(CT) +
+                       static_cast<size_t>(gn_cl::sums_plane(rows, tc)) * vec * 2 * sizeof(CT);
+  return (bytes + 15) / 16 * 16;
+}
+template <typename CT>
+inline size_t block_smem(int rows, int tc, int vec, int cw, int threads = 0, int held = 0) {
+  return block_held_offset<CT>(rows, tc, vec, cw) + static_cast<size_t>(held) * threads * 16;
+}
+
+// 16-byte copies global -> shared that need no registers (sm_80 and later; plain loads and stores before):
+// every held row of a thread is in flight at once while it sums the rows in its registers.
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+// Waits for this thread's copies (each thread reads back only the vectors it copied: no block barrier).
+__device__ __forceinline__ void copy16_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
 }
 
 // x, y: (N, HW, C); grid: N * (C / cw) * S CTAs of p.threads, S = the cluster size (1 unless CLUSTERED): cluster
@@ -758,8 +784,10 @@ template <typename T, int VEC, bool AFFINE, typename Epi, bool CLUSTERED>
 __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     cl_block(const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> bias,
              typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
-             int64_t HW, int C, int G, int cpg, int cw, int tc, int rows, int lanes, double eps, Epi epi) {
+             int64_t HW, int C, int G, int cpg, int cw, int tc, int rows, int lanes, int held, double eps, Epi epi) {
   using CT = typename Compute<T>::type;
+  // Rows held in shared memory are copied as 16-byte vectors: only where a vector is 16 bytes (the host's plan).
+  constexpr bool kCanHold = sizeof(Vec<T, VEC>) == 16;
   extern __shared__ __align__(16) unsigned char cl_block_smem[];
   double* chan = reinterpret_cast<double*>(cl_block_smem);  // (cw, 2): the tile's sums per channel
   CT* cK = reinterpret_cast<CT*>(chan + 2 * cw);             // (VEC, tc) each: the channel's group shift K,
@@ -776,7 +804,10 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   const int tid = static_cast<int>(threadIdx.x), col = tid % tc;
   const int r0 = tid / tc;  // row slot; this thread's rows are row0 + r0 + i * rows
   const bool active = r0 < rows;
-  const int64_t row0 = static_cast<int64_t>(rank) * rows * kBlockVecs;
+  const int per = kBlockVecs + (kCanHold ? held : 0);  // rows per thread: kBlockVecs in registers, then held
+  const int64_t row0 = static_cast<int64_t>(rank) * rows * per;
+  Vec<T, VEC>* held_vecs =
+      reinterpret_cast<Vec<T, VEC>*>(cl_block_smem + block_held_offset<CT>(rows, tc, VEC, cw)) + tid;
   const int c = tile_c0 + col * VEC;  // this thread's first channel
   const T* xs = x + static_cast<int64_t>(n) * HW * C + c;
   T* ys = y + static_cast<int64_t>(n) * HW * C + c;
@@ -785,6 +816,13 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
 #pragma unroll
   for (int k = 0; k < VEC; ++k) s[k] = ss[k] = CT(0);
   if (active) {
+    if constexpr (kCanHold) {  // the held rows first: all in flight while the register rows are loaded and summed
+      for (int i = 0; i < held; ++i) {
+        const int64_t r = row0 + r0 + static_cast<int64_t>(kBlockVecs + i) * rows;
+        if (r >= HW) break;
+        copy16_async(held_vecs + static_cast<int64_t>(i) * blockDim.x, xs + r * C);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kBlockVecs; ++i) {
       const int64_t r = row0 + r0 + static_cast<int64_t>(i) * rows;
@@ -810,6 +848,20 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
         const CT d = static_cast<CT>(v[i].v[k]) - K[k];
         s[k] += d;
         ss[k] += d * d;
+      }
+    }
+    if constexpr (kCanHold) {
+      if (held > 0) copy16_async_wait();
+#pragma unroll 4
+      for (int i = 0; i < held; ++i) {
+        if (row0 + r0 + static_cast<int64_t>(kBlockVecs + i) * rows >= HW) break;
+        const Vec<T, VEC> h = held_vecs[static_cast<int64_t>(i) * blockDim.x];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const CT d = static_cast<CT>(h.v[k]) - K[k];
+          s[k] += d;
+          ss[k] += d * d;
+        }
       }
     }
   }
@@ -927,41 +979,110 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
     store_vec_streaming<T, VEC>(ys + r * C, o);
   }
+  if constexpr (kCanHold) {
+#pragma unroll 4
+    for (int i = 0; i < held; ++i) {
+      const int64_t r = row0 + r0 + static_cast<int64_t>(kBlockVecs + i) * rows;
+      if (r >= HW) break;
+      const Vec<T, VEC> h = held_vecs[static_cast<int64_t>(i) * blockDim.x];
+      CT z[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(h.v[k]) - K[k]) * a[k] + shift[k];
+      epi.apply(z);
+      Vec<T, VEC> o;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
+      store_vec_streaming<T, VEC>(ys + r * C, o);
+    }
+  }
+}
+
+// GROUPNORM_INLINE_CL_BLOCK_HOLD: `0` keeps the block plan's tiles in registers only (the plan before rows were
+// held in shared memory), `waves` lets a plan that holds rows in shared memory take more clusters than are
+// resident at once (benchmarks), `force` holds rows in shared memory wherever vectors are 16 bytes, on any number
+// of CTAs (tests: small inputs reach the held rows); unset, the rule below. Read on every call (a getenv and a
+// compare).
+enum class BlockHold { kAuto, kOff, kWaves, kForce };
+inline BlockHold block_hold_override() {
+  const char* v = std::getenv("GROUPNORM_INLINE_CL_BLOCK_HOLD");
+  if (v == nullptr) return BlockHold::kAuto;
+  if (std::strcmp(v, "0") == 0) return BlockHold::kOff;
+  if (std::strcmp(v, "waves") == 0) return BlockHold::kWaves;
+  if (std::strcmp(v, "force") == 0) return BlockHold::kForce;
+  return BlockHold::kAuto;
+}
+
+// GROUPNORM_INLINE_CL_BLOCK_MIN_CLUSTER: the smallest cluster size the block plan tries (benchmarks: compare a
+// plan with its wider-tiled, larger-cluster neighbour); unset or not a power of two up to 16, 1.
+inline int block_min_cluster() {
+  const char* v = std::getenv("GROUPNORM_INLINE_CL_BLOCK_MIN_CLUSTER");
+  if (v == nullptr) return 1;
+  const int s = std::atoi(v);
+  return s >= 1 && s <= 16 && (s & (s - 1)) == 0 ? s : 1;
 }
 
 // The block plan for this input, if it fits. Cluster sizes S = 1, 2, 4, ... (up to the device's largest
 // cluster), the first that fits: each CTA holds ceil(HW / S) rows of a tile of cw channels (multiples of
-// lcm(cpg, vec) dividing C) in tc * ceil(ceil(HW / S) / kBlockVecs) threads, at most kBlockMaxThreads (each thread
-// holds as many rows as it can: the most of the tensor on chip per CTA, the fewest rows to reduce), and every
-// cluster is resident at once (one wave). Among the widths that fit, the widest whose N * C / cw * S CTAs still
-// cover every SM, else the narrowest (the most CTAs).
+// lcm(cpg, vec) dividing C), each thread kBlockVecs of them in registers, in tc * ceil(ceil(HW / S) / kBlockVecs)
+// threads, at most kBlockMaxThreads (each thread holds as many rows as it can: the most of the tensor on chip per
+// CTA, the fewest rows to reduce), and every cluster is resident at once (one wave). Among the widths that fit,
+// the widest whose N * C / cw * S CTAs still cover every SM, else the narrowest (the most CTAs).
+// Where the rows of a CTA outnumber kBlockVecs per thread of a full CTA (16-byte vectors only), the thread holds
+// the rest in shared memory (`held` rows each, copied asynchronously): the tile stays on chip and is read once,
+// with no grid-wide barrier and no global scratch (the cooperative launch's ~5 us of barriers and finalize at a
+// few MB: benchmarks/NOTES.md, "The channels-last single launch, phase by phase"). Such a plan is taken only when
+// its CTAs cover all but 1/8 of the SMs at most (a tile per cluster reads at the rate of the SMs it runs on), its
+// tile rows are 64 bytes or more (kBlockHoldMinVecs), and never in place of a registers-only plan of the same
+// cluster size.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) {
   using CT = typename Compute<T>::type;
   BlockPlan plan;
   if (N <= 0 || HW <= 0 || C <= 0 || C > (int64_t{1} << 30) || N * C > 0x7fffffff) return plan;
   const DeviceInfo& dev = device_info(device);
+  const BlockHold hold = block_hold_override();
+  const bool can_hold = sizeof(Vec<T, VEC>) == 16 && hold != BlockHold::kOff;
+  const bool force = can_hold && hold == BlockHold::kForce;
   const int max_cluster = dev.major >= 9 ? 16 : 1;
   const int64_t unit = std::lcm(cpg, static_cast<int64_t>(VEC));
-  for (int cluster = 1; cluster <= max_cluster && !plan.ok; cluster *= 2) {
+  for (int cluster = std::min(block_min_cluster(), max_cluster); cluster <= max_cluster && !plan.ok; cluster *= 2) {
     const void* kernel = cluster == 1 ? reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi, false>)
                                       : reinterpret_cast<const void*>(cl_block<T, VEC, AFFINE, Epi, true>);
-    const int64_t rows = ((HW + cluster - 1) / cluster + kBlockVecs - 1) / kBlockVecs;
-    if (cluster > 1 && (static_cast<int64_t>(cluster) - 1) * rows * kBlockVecs >= HW) break;  // a rank of no rows
+    const int64_t cta_rows = (HW + cluster - 1) / cluster;  // rows of the tile per CTA, at most
     for (int64_t cw = unit; cw <= C; cw += unit) {
       if (C % cw != 0) continue;
       const int64_t tc = cw / VEC;
+      if (tc > kBlockMaxThreads) break;
+      int64_t rows = (cta_rows + kBlockVecs - 1) / kBlockVecs;  // row slots: thread rows r0 + i * rows
+      int held = 0;
+      if (tc * rows > kBlockMaxThreads || force) {  // more rows than registers hold: the rest in shared memory,
+        if (!can_hold || plan.ok) break;             // or wider tiles need more threads still
+        // Rows of 4 vectors (64 bytes, two sectors) and up only: narrower tiles give each thread a long chain of
+        // scattered 16-byte copies per row, and measured slower held than not (benchmarks/NOTES.md).
+        if (tc < kBlockHoldMinVecs && !force) break;
+        const int64_t slots = kBlockMaxThreads / tc;
+        const int64_t per = std::max<int64_t>((cta_rows + slots - 1) / slots, force ? kBlockVecs + 1 : 0);
+        if (per - kBlockVecs > (int64_t{1} << 16)) break;
+        rows = (cta_rows + per - 1) / per;
+        held = static_cast<int>(per - kBlockVecs);
+      }
+      const int64_t per = kBlockVecs + held;
+      if (cluster > 1 && (static_cast<int64_t>(cluster) - 1) * rows * per >= HW) continue;  // a rank of no rows
       const int threads = static_cast<int>((tc * rows + 31) / 32 * 32);
-      if (threads > kBlockMaxThreads) break;  // wider tiles need more threads still
       const int64_t tiles = N * (C / cw), ctas = tiles * cluster;
-      const size_t smem = block_smem<CT>(static_cast<int>(rows), static_cast<int>(tc), VEC, static_cast<int>(cw));
+      // Held plans cover all but at most 1/8 of the SMs (128 CTAs of an H200's 132: a tile of 1024 rows x 80
+      // channels per CTA), or wider tiles only make fewer CTAs.
+      if (held > 0 && ctas * 8 < int64_t{dev.sms} * 7 && !force) break;
+      const size_t smem =
+          block_smem<CT>(static_cast<int>(rows), static_cast<int>(tc), VEC, static_cast<int>(cw), threads, held);
       if (static_cast<int64_t>(smem) > dev.max_smem_optin - 1024) break;
       // Also opts the kernel into the shared memory and (cluster > 1) the non-portable cluster sizes.
       const int resident_clusters = max_active_clusters(kernel, device, cluster, threads, smem);
       if (resident_clusters < 1) break;
       const int64_t resident = cluster == 1 ? int64_t{resident_ctas_per_sm(kernel, device, threads, smem)} * dev.sms
                                             : int64_t{resident_clusters};
-      if (tiles > resident) continue;  // more than one wave: wider tiles make fewer
+      const bool waves = held > 0 && hold == BlockHold::kWaves;
+      if (tiles > resident && !waves) continue;  // more than one wave: wider tiles make fewer
       if (plan.ok && ctas < dev.sms) break;  // narrower tiles were already enough to cover the SMs
       int lanes = 1;
       while (lanes < 32 && lanes * 2 <= rows && cw * lanes * 2 <= threads) lanes *= 2;
@@ -972,9 +1093,10 @@ BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) 
       plan.threads = threads;
       plan.lanes = lanes;
       plan.cluster = cluster;
+      plan.held = held;
       plan.ctas = ctas;
       plan.smem = smem;
-      if (ctas < dev.sms) break;  // the SMs are not all covered already: wider tiles only make fewer CTAs
+      if (ctas < dev.sms || held > 0) break;  // the SMs are not all covered already: wider tiles only make fewer
     }
   }
   return plan;
@@ -988,7 +1110,7 @@ void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef
   if (bp.cluster == 1) {
     cl_block<T, VEC, AFFINE, Epi, false><<<static_cast<unsigned>(bp.ctas), bp.threads, bp.smem, stream>>>(
         x, y, w, bias, mean, rstd, HW, static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
-        bp.rows, bp.lanes, eps, make_epilogue<Epi>(act));
+        bp.rows, bp.lanes, bp.held, eps, make_epilogue<Epi>(act));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -1002,7 +1124,7 @@ void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef
   config.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_block<T, VEC, AFFINE, Epi, true>, x, y, w, bias, mean, rstd, HW,
                                     static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
-                                    bp.rows, bp.lanes, eps, make_epilogue<Epi>(act)));
+                                    bp.rows, bp.lanes, bp.held, eps, make_epilogue<Epi>(act)));
 }
 
 // GROUPNORM_INLINE_CL_FORWARD_PLAN: `block` (the default rule), `fused` (never the block plan: the single
@@ -1130,7 +1252,9 @@ std::string describe(const at::Tensor& input, int64_t G) {
     return "channels_last block (one launch, " +
            (bp.cluster == 1 ? std::string("a CTA") : "a cluster of " + std::to_string(bp.cluster) + " CTAs") +
            " per sample and tile of " + std::to_string(bp.cw) +
-           " channels, the tile held in registers, one read): " + std::to_string(bp.ctas) + " CTAs of " +
+           " channels, the tile held in registers" +
+           (bp.held > 0 ? " and shared memory (" + std::to_string(bp.held) + " rows per thread)" : std::string()) +
+           ", one read): " + std::to_string(bp.ctas) + " CTAs of " +
            std::to_string(bp.threads) + " threads, " + std::to_string(bp.rows) + " rows per step (vec " +
            std::to_string(vectorised ? V : 1) + ")";
   const bool partial = force == ClPlanOverride::kPartial;
