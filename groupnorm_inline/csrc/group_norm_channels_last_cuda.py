@@ -724,6 +724,7 @@ FusedPlan fused_plan(int64_t N, int64_t HW, int64_t C, int device, bool force_pa
 // CTAs are all resident at once (module docstring, "block plan").
 constexpr int kBlockVecs = 8;         // vectors held per thread at most: 32 registers at 16 bytes
 constexpr int kBlockHoldMinVecs = 4;  // 16-byte vectors per tile row, at least, for rows held in shared memory
+constexpr int kBlockMaxHeld = 2 * kBlockVecs;  // rows per thread held in shared memory, at most
 constexpr int kBlockMaxThreads = 256;  // 512 lost to cl_fused: 14.1 vs 11.4 us at (4,64,64,64) fp32 (H200 kernels)
 constexpr int kBlockMinCtasPerSm = 2;  // __launch_bounds__: at most 128 registers (a 64 bound measured slower)
 
@@ -1032,7 +1033,7 @@ inline int block_min_cluster() {
 // with no grid-wide barrier and no global scratch (the cooperative launch's ~5 us of barriers and finalize at a
 // few MB: benchmarks/NOTES.md, "The channels-last single launch, phase by phase"). Such a plan is taken only when
 // its CTAs cover all but 1/8 of the SMs at most (a tile per cluster reads at the rate of the SMs it runs on), its
-// tile rows are 64 bytes or more (kBlockHoldMinVecs), and never in place of a registers-only plan of the same
+// tile rows are 64 bytes or more (kBlockHoldMinVecs), a thread holds kBlockMaxHeld rows at most, and never in place of a registers-only plan of the same
 // cluster size.
 template <typename T, int VEC, bool AFFINE, typename Epi>
 BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) {
@@ -1063,6 +1064,8 @@ BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) 
         const int64_t slots = kBlockMaxThreads / tc;
         const int64_t per = std::max<int64_t>((cta_rows + slots - 1) / slots, force ? kBlockVecs + 1 : 0);
         if (per - kBlockVecs > (int64_t{1} << 16)) break;
+        // At most kBlockMaxHeld rows per thread: every plan measured slower held than not had 24 (NOTES.md).
+        if (per - kBlockVecs > kBlockMaxHeld && !force) break;
         rows = (cta_rows + per - 1) / per;
         held = static_cast<int>(per - kBlockVecs);
       }
