@@ -173,8 +173,7 @@ def main() -> int:
     ap.add_argument("--plans", default="", help="comma-separated forced plans to time beside the automatic one")
     ap.add_argument("--envs", default="", help="comma-separated NAME=VALUE settings, each timed as a column of its "
                     "own (our op with that variable set for the call); NAME=VALUE+NAME2=VALUE2 sets both")
-    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large", "samples",
-                                                             "held"])
+    ap.add_argument("--rows", default="main", choices=["main", "block", "all", "large", "samples", "held"])
     ap.add_argument("--kernels", action="store_true", help="also the kernels' GPU time per call (torch.profiler)")
     args = ap.parse_args()
     import groupnorm_inline as gn
