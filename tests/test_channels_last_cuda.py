@@ -318,24 +318,35 @@ def test_forward_large_input_reread_from_l2(dtype, hold, fold, monkeypatch):
 
 
 
-@pytest.mark.parametrize("fold", ["1", "0"], ids=["fold", "finalize"])
-def test_trace_of_the_single_launch(fold, monkeypatch):
-    """group_norm_channels_last_trace (diagnostics, benchmarks/cl_trace.py): the single launch's CTAs, as many as
-    the plan names, each stamp their seven points in order; the rows past the grid stay zero; the output it
-    computed on the way is the plain forward's (checked above, same kernel); an input of the three-launch plan
-    raises."""
+@pytest.mark.parametrize("plan_kind", ["fold", "finalize", "block", "block-cluster", "block-held"])
+def test_trace_of_the_single_launch(plan_kind, monkeypatch):
+    """group_norm_channels_last_trace (diagnostics, benchmarks/cl_trace.py): the single launch's CTAs (the
+    cooperative launch, folded or finalised once, or the block plan: one CTA per tile, a cluster, rows held in
+    shared memory), as many as the plan names, each stamp their seven points in order; the rows past the grid stay
+    zero; the output it computed on the way is the plain forward's (checked above, same kernels); an input of the
+    three-launch plan raises."""
     import re
 
     from groupnorm_inline import extension
     from groupnorm_inline.functional import forward_plan
     ops = extension.load()
-    monkeypatch.setenv(FOLD_ENV, fold)
-    x = _input((2, 320, 32, 32), torch.float16)
-    w, b = _params(320, torch.float16, True)
-    monkeypatch.setenv(PLAN_ENV, "fused")
-    plan = forward_plan(x, 32)
-    ctas = int(re.search(r"statistics over (\d+) tiles", plan).group(1))
-    monkeypatch.delenv(PLAN_ENV)
+    shape = {"block": (64, 32, 16, 16), "block-cluster": (1, 320, 64, 64), "block-held": (2, 640, 64, 64)}.get(
+        plan_kind, (2, 320, 32, 32))
+    x = _input(shape, torch.float16)
+    w, b = _params(shape[1], torch.float16, True)
+    if plan_kind in ("fold", "finalize"):
+        monkeypatch.setenv(FOLD_ENV, "1" if plan_kind == "fold" else "0")
+        monkeypatch.setenv(PLAN_ENV, "fused")
+        plan = forward_plan(x, 32)
+        ctas = int(re.search(r"statistics over (\d+) tiles", plan).group(1))
+    else:
+        if plan_kind == "block-held":  # (2, 640, 64, 64) holds 13 rows per thread on an H200; forced on any GPU
+            monkeypatch.setenv(BLOCK_HOLD_ENV, "force")
+        plan = forward_plan(x, 32)
+        assert plan.startswith("channels_last block"), plan
+        assert ("cluster of" in plan) == (plan_kind != "block"), plan
+        assert ("rows per thread" in plan) == (plan_kind == "block-held"), plan
+        ctas = int(re.search(r"\): (\d+) CTAs of", plan).group(1))
     trace = ops.group_norm_channels_last_trace(x, 32, w, b).cpu()
     assert trace.dtype == torch.int64 and trace.shape[1] == 7, trace.shape
     stamped = (trace > 0).all(dim=1)
@@ -345,6 +356,7 @@ def test_trace_of_the_single_launch(fold, monkeypatch):
     bad = (steps < 0).nonzero()
     assert bad.numel() == 0, f"stamps out of order at (cta, point) {bad[:5].tolist()}: {trace[bad[0, 0]].tolist()}"
     many = _input((2048, 8, 2, 2), torch.float32)
+    monkeypatch.setenv(PLAN_ENV, "fused")  # (the block plan takes it otherwise)
     with pytest.raises(RuntimeError, match="three-launch plan"):
         ops.group_norm_channels_last_trace(many, 4, None, None)
     with pytest.raises(RuntimeError, match="expected a channels_last"):

@@ -31,6 +31,13 @@ __device__ __forceinline__ int64_t global_timer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return static_cast<int64_t>(t);
 }
+// The same, read only once `after` is computed (an input of the asm): a stamp that marks the end of a phase
+// whose result is `after` cannot be scheduled above the work that produces it.
+__device__ __forceinline__ int64_t global_timer_ns_after(double after) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "d"(after));
+  return static_cast<int64_t>(t);
+}
 
 // The calling CTA's thread-block cluster, in calls that compile for every target arch: on sm_90+ the
 // cooperative-groups cluster; below sm_90 (no clusters: cooperative_groups declares no this_cluster there, so a

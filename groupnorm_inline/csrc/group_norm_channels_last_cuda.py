@@ -482,10 +482,14 @@ __global__ void __launch_bounds__(gn_cl::kMaxThreads) cl_apply(const T* __restri
   apply_tile<T, VEC, AFFINE, Epi>(x, y, w, bias, norm, t, G, cpg, epi, static_cast<int64_t>(gridDim.x) - 1 - blockIdx.x);
 }
 
-// Phase trace of cl_fused (the diagnostics operator group_norm_channels_last_trace): where `trace` is set, thread 0
-// of CTA b stamps %globaltimer (ns) into trace[b * kClTracePoints + point] at each point, in kernel order:
+// Phase trace of the single launches (the diagnostics operator group_norm_channels_last_trace): where `trace` is
+// set, thread 0 of CTA b stamps %globaltimer (ns) into trace[b * kClTracePoints + point] at each point, in kernel
+// order. cl_fused:
 //   0 entry, 1 its own loads and sums done, 2 the CTA's partial sums written, 3 past the first grid barrier,
 //   4 finalize (or fold) done, 5 past the second grid barrier (fold: = 4), 6 the whole CTA's normalisation done.
+// cl_block: 0 entry, 1 its own rows loaded and summed, 2 every thread's sums in shared memory (block barrier),
+//   3 the CTA's per-channel sums done and past the first cluster barrier (block barrier without a cluster),
+//   4 its groups finalised (thread 0's share), 5 past the second cluster barrier, 6 every thread's stores issued.
 // Off (null) it costs a uniform branch per point.
 constexpr int kClTracePoints = 7;
 constexpr int kClTraceMaxCtasPerSm = 32;  // the trace's rows: this many per SM (2048 threads of 64)
@@ -785,11 +789,18 @@ template <typename T, int VEC, bool AFFINE, typename Epi, bool CLUSTERED>
 __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     cl_block(const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> bias,
              typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
-             int64_t HW, int C, int G, int cpg, int cw, int tc, int rows, int lanes, int held, double eps, Epi epi) {
+             int64_t HW, int C, int G, int cpg, int cw, int tc, int rows, int lanes, int held, double eps,
+             int64_t* __restrict__ trace, Epi epi) {
   using CT = typename Compute<T>::type;
   // Rows held in shared memory are copied as 16-byte vectors: only where a vector is 16 bytes (the host's plan).
   constexpr bool kCanHold = sizeof(Vec<T, VEC>) == 16;
   extern __shared__ __align__(16) unsigned char cl_block_smem[];
+  // The phase trace (kClTracePoints; null: a uniform branch per point).
+  int64_t* const stamps = trace != nullptr ? trace + static_cast<int64_t>(blockIdx.x) * kClTracePoints : nullptr;
+  auto stamp = [&](int point, double after) {
+    if (stamps != nullptr && threadIdx.x == 0) stamps[point] = global_timer_ns_after(after);
+  };
+  stamp(0, 0.0);
   double* chan = reinterpret_cast<double*>(cl_block_smem);  // (cw, 2): the tile's sums per channel
   CT* cK = reinterpret_cast<CT*>(chan + 2 * cw);             // (VEC, tc) each: the channel's group shift K,
   CT* ca = cK + cw;                                          // its scale a = rstd * w
@@ -866,6 +877,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
       }
     }
   }
+  stamp(1, static_cast<double>(s[0] + ss[0]));
   // Plane k, element r0 * tc + col (gn_cl::sums_plane). Threads past the last row slot (whole warps) hold
   // nothing and store nothing.
   if (active) {
@@ -876,6 +888,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
     }
   }
   __syncthreads();
+  stamp(2, 0.0);
   // Column e = k * tc + col (channel j = col * VEC + k) down every row slot. `lanes` consecutive lanes add
   // interleaved row slots, then a shuffle tree; lanes * cw <= blockDim.x when lanes > 1 (the host's choice), so
   // every warp takes part whole (blockDim.x is a multiple of 32).
@@ -916,6 +929,7 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
   }
   if constexpr (CLUSTERED) ClusterView::sync();  // every CTA's chan complete and visible
   else __syncthreads();
+  stamp(3, 0.0);
   // The sums of channel j over the whole tile: this CTA's, or (CLUSTERED) every rank's in rank order.
   auto channel_sums = [&](int j, double& a, double& b) {
     if constexpr (CLUSTERED) {
@@ -956,45 +970,52 @@ __global__ void __launch_bounds__(kBlockMaxThreads, kBlockMinCtasPerSm)
       finish_group(q, warp_sum(a), warp_sum(b), lane, 32);
     }
   }
+  stamp(4, 0.0);
   // CLUSTERED: no CTA may leave (its shared memory with it) while a peer still reads its sums.
   if constexpr (CLUSTERED) ClusterView::sync();
   else __syncthreads();
-  if (!active) return;
-  CT K[VEC], a[VEC], shift[VEC];
+  stamp(5, 0.0);
+  if (active) {
+    CT K[VEC], a[VEC], shift[VEC];
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) {
-    K[k] = cK[k * tc + col];
-    a[k] = ca[k * tc + col];
-    shift[k] = cshift[k * tc + col];
-  }
+    for (int k = 0; k < VEC; ++k) {
+      K[k] = cK[k * tc + col];
+      a[k] = ca[k * tc + col];
+      shift[k] = cshift[k * tc + col];
+    }
 #pragma unroll
-  for (int i = 0; i < kBlockVecs; ++i) {
-    const int64_t r = row0 + r0 + static_cast<int64_t>(i) * rows;
-    if (r >= HW) continue;
-    CT z[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(v[i].v[k]) - K[k]) * a[k] + shift[k];
-    epi.apply(z);
-    Vec<T, VEC> o;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
-    store_vec_streaming<T, VEC>(ys + r * C, o);
-  }
-  if constexpr (kCanHold) {
-#pragma unroll 4
-    for (int i = 0; i < held; ++i) {
-      const int64_t r = row0 + r0 + static_cast<int64_t>(kBlockVecs + i) * rows;
-      if (r >= HW) break;
-      const Vec<T, VEC> h = held_vecs[static_cast<int64_t>(i) * blockDim.x];
+    for (int i = 0; i < kBlockVecs; ++i) {
+      const int64_t r = row0 + r0 + static_cast<int64_t>(i) * rows;
+      if (r >= HW) continue;
       CT z[VEC];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(h.v[k]) - K[k]) * a[k] + shift[k];
+      for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(v[i].v[k]) - K[k]) * a[k] + shift[k];
       epi.apply(z);
       Vec<T, VEC> o;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
       store_vec_streaming<T, VEC>(ys + r * C, o);
     }
+    if constexpr (kCanHold) {
+#pragma unroll 4
+      for (int i = 0; i < held; ++i) {
+        const int64_t r = row0 + r0 + static_cast<int64_t>(kBlockVecs + i) * rows;
+        if (r >= HW) break;
+        const Vec<T, VEC> h = held_vecs[static_cast<int64_t>(i) * blockDim.x];
+        CT z[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) z[k] = (static_cast<CT>(h.v[k]) - K[k]) * a[k] + shift[k];
+        epi.apply(z);
+        Vec<T, VEC> o;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) o.v[k] = static_cast<T>(z[k]);
+        store_vec_streaming<T, VEC>(ys + r * C, o);
+      }
+    }
+  }
+  if (stamps != nullptr) {  // once every thread has issued its stores
+    __syncthreads();
+    stamp(6, 0.0);
   }
 }
 
@@ -1109,11 +1130,11 @@ BlockPlan block_plan(int64_t N, int64_t HW, int64_t C, int64_t cpg, int device) 
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef<T> bias,
                   typename Compute<T>::type* mean, typename Compute<T>::type* rstd, int64_t HW, int64_t C, int64_t G,
-                  int64_t cpg, double eps, const gn_act::Params& act, cudaStream_t stream) {
+                  int64_t cpg, double eps, const gn_act::Params& act, cudaStream_t stream, int64_t* trace) {
   if (bp.cluster == 1) {
     cl_block<T, VEC, AFFINE, Epi, false><<<static_cast<unsigned>(bp.ctas), bp.threads, bp.smem, stream>>>(
         x, y, w, bias, mean, rstd, HW, static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
-        bp.rows, bp.lanes, bp.held, eps, make_epilogue<Epi>(act));
+        bp.rows, bp.lanes, bp.held, eps, trace, make_epilogue<Epi>(act));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -1127,7 +1148,7 @@ void launch_block(const BlockPlan& bp, const T* x, T* y, ParamRef<T> w, ParamRef
   config.numAttrs = 1;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, cl_block<T, VEC, AFFINE, Epi, true>, x, y, w, bias, mean, rstd, HW,
                                     static_cast<int>(C), static_cast<int>(G), static_cast<int>(cpg), bp.cw, bp.tc,
-                                    bp.rows, bp.lanes, bp.held, eps, make_epilogue<Epi>(act)));
+                                    bp.rows, bp.lanes, bp.held, eps, trace, make_epilogue<Epi>(act)));
 }
 
 // GROUPNORM_INLINE_CL_FORWARD_PLAN: `block` (the default rule), `fused` (never the block plan: the single
@@ -1152,10 +1173,12 @@ void launch(const T* x, T* y, ParamRef<T> w, ParamRef<T> bias, typename Compute<
   using CT = typename Compute<T>::type;
   const int64_t cpg = C / G;
   const ClPlanOverride force = cl_plan_override();
-  if (force == ClPlanOverride::kAuto && trace == nullptr) {  // the trace is of the single launch
+  if (force == ClPlanOverride::kAuto) {
     const BlockPlan bp = block_plan<T, VEC, AFFINE, Epi>(N, HW, C, cpg, device);
     if (bp.ok) {
-      launch_block<T, VEC, AFFINE, Epi>(bp, x, y, w, bias, mean, rstd, HW, C, G, cpg, eps, act, stream);
+      TORCH_CHECK(trace == nullptr || bp.ctas <= int64_t{kClTraceMaxCtasPerSm} * device_info(device).sms,
+                  "group_norm_channels_last_trace: more CTAs than the trace has rows");
+      launch_block<T, VEC, AFFINE, Epi>(bp, x, y, w, bias, mean, rstd, HW, C, G, cpg, eps, act, stream, trace);
       return;
     }
   }

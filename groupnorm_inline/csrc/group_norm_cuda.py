@@ -1150,10 +1150,11 @@ at::Tensor group_norm_streamed_trace_cuda(const at::Tensor& input, int64_t num_g
   return trace;
 }
 
-// Diagnostics of the channels-last single launch (cl_fused): runs the forward of a channels-last input once, as
-// group_norm_forward would but never the block plan, and returns thread 0's %globaltimer stamps, int64
-// (SMs * kClTraceMaxCtasPerSm, kClTracePoints): row = CTA index in the grid, zeros beyond the grid. See
-// kClTracePoints for what each stamp marks. Inputs that take the three-launch plan raise.
+// Diagnostics of the channels-last single launches (cl_block, cl_fused): runs the forward of a channels-last input
+// once, as group_norm_forward would (GROUPNORM_INLINE_CL_FORWARD_PLAN=fused: never the block plan), and returns
+// thread 0's %globaltimer stamps, int64 (SMs * kClTraceMaxCtasPerSm, kClTracePoints): row = CTA index in the grid,
+// zeros beyond the grid. See kClTracePoints for what each stamp marks. Inputs that take the three-launch plan
+// raise.
 at::Tensor group_norm_channels_last_trace_cuda(const at::Tensor& input, int64_t num_groups,
                                                const std::optional<at::Tensor>& weight,
                                                const std::optional<at::Tensor>& bias) {
