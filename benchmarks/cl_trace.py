@@ -28,7 +28,10 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+try:  # the package on PYTHONPATH if there is one (another build to compare), else this checkout's
+    import groupnorm_inline  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 from groupnorm_inline import extension  # noqa: E402
 from report import save_log  # noqa: E402

@@ -48,7 +48,8 @@
 #   suite      benchmarks/bench_forward.py over $SUITE_FAMILIES (default "all"): the row-family suite's CSV
 #   cltrace    benchmarks/cl_trace.py over $CL_TRACE_ROWS (default: its own few-MB and large rows): the single
 #              channels-last launch's phases from each CTA's %globaltimer stamps (the block plan where the op
-#              takes it; CL_TRACE_PLAN=fused: the cooperative launch)
+#              takes it; CL_TRACE_PLAN=fused: the cooperative launch); with $BASELINE, the baseline's trace
+#              first (its log under $OUT/baseline)
 #   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last) for the kernels
 #              matching $NCU_KERNELS (default cl_, the channels-last ones; gn_held for --rows held): the summary
 #              sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv (tens of
@@ -187,6 +188,12 @@ for step in "$@"; do
         FAMILIES=${SUITE_FAMILIES:-all} TIME_LIMIT=${SUITE_TIME_LIMIT:-420} timeout 560 \
             bash benchmarks/run_device_suite.sh 2>&1 | tail -n 30 ;;
     cltrace)
+        if [[ -n "${BASELINE:-}" ]]; then  # the baseline's trace first, into a log of its own
+            wait "$baseline_build"
+            mkdir -p "$OUT/baseline"
+            OUT="$OUT/baseline" timeout 300 "${baseline_env[@]}" "$PYTHON" benchmarks/cl_trace.py \
+                ${CL_TRACE_ROWS:+--rows "$CL_TRACE_ROWS"} ${CL_TRACE_PLAN:+--plan "$CL_TRACE_PLAN"} 2>&1 | tail -n 120
+        fi
         timeout 300 "$PYTHON" benchmarks/cl_trace.py ${CL_TRACE_ROWS:+--rows "$CL_TRACE_ROWS"} \
             ${CL_TRACE_PLAN:+--plan "$CL_TRACE_PLAN"} 2>&1 | tail -n 120 ;;
     clsource)
