@@ -247,6 +247,7 @@ CLUSTER_SHAPES = [
     ((1, 320, 64, 64), 32),
     ((2, 1280, 32, 32), 32),
     ((2, 96, 50, 50), 32),
+    ((1, 256, 32, 32), 4),  # four groups of 64 channels, each spread over several ranks
 ]
 
 
