@@ -143,27 +143,35 @@ def test_grads_match_float64(shape, num_groups, dtype, params, device):
 
 # Rows of HW >= 1024 take the resident (cluster) path or the row path, chosen by a rule from the device's DRAM
 # bandwidth; GROUPNORM_INLINE_BACKWARD_PATH forces either, so both are checked on any GPU. The HW values end the
-# CTAs' chunks in partial rounds of vectors (the batched tail of the row loops), rows of odd length take scalar
-# accesses (the resident path declines them), and (1, 2, 3, 6000) splits rows across CTAs.
+# CTAs' chunks in partial rounds of vectors (the batched tail of the row loops), rows whose length is not a
+# multiple of the vector start at every offset from a 16-byte boundary (the row path cuts each chunk into an
+# element-wise head and tail and a body of vectors; the resident path declines them), and (1, 2, 3, 6000) splits
+# rows across CTAs. Every case runs with and without those edge vectors (GROUPNORM_INLINE_EDGE_VECTORS=0: one
+# element at a time).
 LONG_ROW_SHAPES = [
     ((2, 4, 40, 40), 2),         # HW = 1600
     ((1, 4, 126, 126), 2),       # HW = 15876: float32 rows of 3-4 full rounds, then a partial one
     ((3, 6, 33, 64), 3),         # HW = 2112
-    ((2, 8, 33, 35), 4),         # HW = 1155, odd: scalar accesses
+    ((2, 8, 33, 35), 4),         # HW = 1155, odd: rows at every offset (heads of every length in half precision)
+    ((2, 6, 37, 58), 3),         # HW = 2146 (2 mod 4, 2 mod 8)
     ((1, 2, 3, 6000), 1),        # HW = 18000, rows split across CTAs
+    ((1, 3, 7, 4001), 1),        # HW = 28007, odd: rows split across CTAs, each chunk with a head and tail
 ]
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("edge_vectors", ["1", "0"])
 @pytest.mark.parametrize("path", ["row", "resident"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=str)
 @pytest.mark.parametrize("shape, num_groups", LONG_ROW_SHAPES, ids=str)
-def test_long_row_paths_match_float64(shape, num_groups, dtype, path, monkeypatch):
+def test_long_row_paths_match_float64(shape, num_groups, dtype, path, edge_vectors, monkeypatch):
     monkeypatch.setenv("GROUPNORM_INLINE_BACKWARD_PATH", path)
+    monkeypatch.setenv("GROUPNORM_INLINE_EDGE_VECTORS", edge_vectors)
     x = make_input(shape, dtype, "cuda")
     weight, bias = make_params(shape[1], "affine", dtype, "cuda")
     grad_out = torch.randn(shape, dtype=torch.float64).to("cuda", dtype)
-    assert_grads_close(x, num_groups, weight, bias, grad_out, f"{shape} G={num_groups} {dtype} path {path}")
+    assert_grads_close(x, num_groups, weight, bias, grad_out,
+                       f"{shape} G={num_groups} {dtype} path {path} edge vectors {edge_vectors}")
 
 
 # Groups of one element (C == G and HW == 1): x is its group's mean, the normalised value 0, so grad_input is 0

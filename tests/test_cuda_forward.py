@@ -110,9 +110,9 @@ def plan_kind(plan: str) -> tuple[str, bool]:
 
 def test_sweep_reaches_every_plan():
     """The sweep (aligned inputs and the misaligned cases below) takes the small, resident and held plans both
-    with 16-byte vectors and element-wise, and the split plan with vectors (odd slice lengths), so every kernel of
-    the automatic choice is checked; `fused` needs ~17 GB (test_fused_plan) and every plan runs forced by name
-    in test_forced_plan_against_float64."""
+    with 16-byte vectors and element-wise, and the odd slice lengths of the edge-vector test take the resident,
+    held and split plans with vectors, so every kernel of the automatic choice is checked; `fused` needs ~17 GB
+    (test_fused_plan) and every plan runs forced by name in test_forced_plan_against_float64."""
     reached = set()
     for shape, num_groups in CUDA_SHAPES:
         for dtype in DTYPES:
@@ -121,9 +121,15 @@ def test_sweep_reaches_every_plan():
     for shape, num_groups in MISALIGNED_SHAPES:
         x = torch.empty(math.prod(shape) + 1, device="cuda")[1:].view(shape)
         reached.add(plan_kind(forward_plan(x, num_groups)))
+    unaligned = set()
+    for shape, num_groups in EDGE_VECTOR_SHAPES:
+        for dtype in DTYPES:
+            unaligned.add(plan_kind(forward_plan(torch.empty(shape, dtype=dtype, device="cuda"), num_groups)))
     wanted = {(kind, vectorised) for kind in ("small", "resident", "held") for vectorised in (True, False)}
-    wanted.add(("split", True))  # slices of odd length (vectors with element-wise edges); forced: below
     assert wanted <= reached, f"plans no case reaches: {sorted(wanted - reached)}"
+    # Slices of odd length: vectors with element-wise edges in each plan that takes them; forced plans: below.
+    wanted = {(kind, True) for kind in ("resident", "held", "split")}
+    assert wanted <= unaligned, f"plans no unaligned case reaches: {sorted(wanted - unaligned)}"
 
 
 @pytest.mark.parametrize("dtype, params", DTYPE_PARAMS, ids=dtype_id)
@@ -153,14 +159,18 @@ MISALIGNED_SHAPES = [
 
 
 # Slices whose length D is not a multiple of the 16-byte vector (4 float, 8 half, 2 double elements): every
-# slice starts at another alignment, so the resident, fused and split plans cut each range into an element-wise
-# head, a body of 16-byte vectors and an element-wise tail. Heads of every length (D odd in half precision: slice
-# starts step through all eight offsets), ranges shorter than one vector's head, many and few slices.
+# slice starts at another alignment, so the resident, held, fused and split plans cut each range into an
+# element-wise head, a body of 16-byte vectors and an element-wise tail. Heads of every length (D odd in half
+# precision: slice starts step through all eight offsets), ranges shorter than one vector's head, many and few
+# slices, each plan of the automatic choice.
 EDGE_VECTOR_SHAPES = [
     ((4, 6, 7, 9), 2),               # D = 189: heads of every length, slices shorter than a CTA's work
     ((32, 16, 941), 8),              # D = 1882 (2 mod 4, 2 mod 8), 3-D
-    ((3, 5, 999, 997), 5),           # D = 996003 (odd): clusters or the split plan, ranges over several CTAs
+    ((3, 5, 999, 997), 5),           # D = 996003 (odd): the held plan (30-60 MB), clusters in waves (120 MB)
     ((2, 8, 181, 141), 4),           # D = 51042, HW odd: vectors straddle channels
+    ((2, 320, 127, 129), 32),        # D = 163830: clusters of 16 in more than one wave, so the held plan
+    ((8, 4, 154113), 2),             # D = 308226, HW odd: held items whose vectors straddle channels
+    ((1, 2, 8193, 8193), 2),         # 134 M elements, 2 slices: past the held plan's rounds, the split plan
 ]
 
 
@@ -174,7 +184,7 @@ def test_unaligned_slices_take_16_byte_vectors(shape, num_groups, dtype, activat
     weight, bias = make_params(shape[1], "affine", dtype, device="cuda")
     plan = forward_plan(x, num_groups)
     if (math.prod(shape[1:]) // num_groups) % (16 // x.element_size()) != 0:
-        assert plan_kind(plan)[0] in ("resident", "fused", "split") and plan_kind(plan)[1], plan
+        assert plan_kind(plan)[0] in ("resident", "held", "fused", "split") and plan_kind(plan)[1], plan
     if activation is None:
         check_forward(x, num_groups, weight, bias, what=f"output [{plan}]")
         return

@@ -200,6 +200,31 @@ __device__ __forceinline__ void store_vec_streaming(T* p, const Vec<T, VEC>& v) 
   }
 }
 
+// A range [begin, end) of a slice (or row) cut at 16-byte boundaries: `head` elements before the first aligned one,
+// the aligned body [begin + head, body_end) of whole VEC-element vectors, and the < VEC elements from body_end.
+// A slice whose length is not a multiple of VEC starts at another alignment in every slice (D = 2 * 94230
+// bf16 elements: slice s starts 8 s bytes past a boundary); its head and tail go element by element, one
+// element per thread, and the body still moves in 16-byte vectors. For aligned ranges head = tail = 0.
+template <typename T, typename I, int VEC>
+struct AlignedSplit {
+  I head, body_end;
+  __device__ __forceinline__ AlignedSplit(const T* xs, I begin, I end) {
+    head = I(0);
+    if constexpr (VEC > 1) {
+      const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<uintptr_t>(xs + begin) % 16) / sizeof(T);
+      if (misaligned != 0) head = static_cast<I>(VEC - static_cast<int>(misaligned));
+      if (head > end - begin) head = end - begin;
+    }
+    body_end = begin + head + (end - begin - head) / VEC * VEC;
+  }
+  // Slice offset of the element thread t takes from the head and tail (none: -1).
+  __device__ __forceinline__ I edge_element(I begin, I end, I t) const {
+    if (t < head) return begin + t;
+    if (t - head < end - body_end) return body_end + (t - head);
+    return I(-1);
+  }
+};
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -31,8 +31,8 @@ by the slice size in bytes against what one SM can hold (`choose_plan` in the ho
             dependent launches on sm_90 (each grid's CTAs start as the previous one drains).
 
 Slices whose length D is not a multiple of the 16-byte vector start at a different alignment each: the
-resident, fused and split plans take them in vectors with element-wise heads and tails (AlignedSplit); the
-small and streamed plans only aligned ones (launch_forward_unaligned).
+resident, held, fused and split plans take them in vectors with element-wise heads and tails (AlignedSplit);
+the small and streamed plans only aligned ones (launch_forward_unaligned).
 
 Channels-last inputs (NHWC, NDHWC) take none of these plans: group_norm_channels_last_cuda.py reads them in
 place (statistics over (rows x channels) tiles, finalize, normalisation) and writes the output in their layout.
@@ -108,31 +108,6 @@ __device__ __forceinline__ void add_shifted(const Vec<T, VEC>& v, typename Compu
     lss += d * d;
   }
 }
-
-// A range [begin, end) of a slice cut at 16-byte boundaries: `head` elements before the first aligned one,
-// the aligned body [begin + head, body_end) of whole VEC-element vectors, and the < VEC elements from body_end.
-// A slice whose length is not a multiple of VEC starts at another alignment in every slice (D = 2 * 94230
-// bf16 elements: slice s starts 8 s bytes past a boundary); its head and tail go element by element, one
-// element per thread, and the body still moves in 16-byte vectors. For aligned ranges head = tail = 0.
-template <typename T, typename I, int VEC>
-struct AlignedSplit {
-  I head, body_end;
-  __device__ __forceinline__ AlignedSplit(const T* xs, I begin, I end) {
-    head = I(0);
-    if constexpr (VEC > 1) {
-      const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<uintptr_t>(xs + begin) % 16) / sizeof(T);
-      if (misaligned != 0) head = static_cast<I>(VEC - static_cast<int>(misaligned));
-      if (head > end - begin) head = end - begin;
-    }
-    body_end = begin + head + (end - begin - head) / VEC * VEC;
-  }
-  // Slice offset of the element thread t takes from the head and tail (none: -1).
-  __device__ __forceinline__ I edge_element(I begin, I end, I t) const {
-    if (t < head) return begin + t;
-    if (t - head < end - body_end) return body_end + (t - head);
-    return I(-1);
-  }
-};
 
 // L2 eviction priorities (sm_80+): a policy made once per thread, then handed to each hinted load. The split
 // plan reads its last items with evict_last while summing and everything else evict_first, so that its
@@ -1013,11 +988,18 @@ void launch_forced(const Pointers<T>& p, const Problem& pr, const at::TensorOpti
                                            pr.D, " elements (", pr.slices, " slices, vec ", VEC, ") on this device"));
 }
 
-// Slices that do not start at 16-byte boundaries (D % VEC != 0), in VEC-element vectors: the resident and
-// two-read plans cut every range into a head, an aligned body and a tail (AlignedSplit); the small and
-// streamed plans load whole vectors from the slice's start and cannot take them.
+// Slices that do not start at 16-byte boundaries (D % VEC != 0), in VEC-element vectors: the resident, held and
+// two-read plans cut every range into a head, an aligned body and a tail (AlignedSplit) and are tried in
+// launch_forward's order; the small and streamed plans load whole vectors from the slice's start and cannot take
+// them. Before the held plan took them, the resident plan ran clusters of 8-16 CTAs in waves: H100, kernel us,
+// resident -> held, (64,4,154113) G2 bf16 (79 MB, 16-CTA clusters) 174 -> 111 (torch.compile 144 in event time),
+// (32,16,94230) G8 bf16 (96 MB, 8-CTA clusters) 177 -> 143 (compile 135: still 9% behind).
 template <typename T, int VEC, bool AFFINE, typename Epi>
 void launch_forward_unaligned(const Pointers<T>& p, const Problem& pr, const at::TensorOptions& opts) {
+  if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true, /*first_pass=*/true)) return;
+  HeldOptions held;
+  held.max_rounds = kHeldAutoMaxRounds;
+  if (try_launch_held<T, VEC, AFFINE, Epi>(p, pr, opts, held)) return;
   if (try_launch_resident<T, VEC, AFFINE, Epi>(p, pr, /*automatic=*/true)) return;
   launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
 }

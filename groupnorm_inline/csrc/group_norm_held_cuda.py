@@ -22,9 +22,12 @@ Traffic: x read once plus what neither shared memory nor L2 kept; y written once
 that each CTA's items together are about (tensor bytes / grid), at most kHeldMaxRounds times its shared memory
 when forced by name and kHeldAutoMaxRounds in the automatic choice (tensors up to ~4x the GPU's shared memory,
 ~118 MB); larger ones take the resident plan in waves or the split plan, where the share held would be small.
-Items start at multiples of VEC from 16-byte aligned slices (D a multiple of VEC, or VEC = 1 element-wise); the
-launches of unaligned slices with vector bodies (AlignedSplit) keep their resident / two-read path. Numerics as the split plan: sums of (x - K), K the slice's first element,
-in float per unrolled batch, folded into double, combined in double in a fixed order (no atomics).
+Items start at multiples of VEC in their slice. Slices whose length is not a multiple of VEC start at another
+alignment each (x and y sharing it, which the host checks): each item is cut as in AlignedSplit, its aligned body
+moved (and held) in vectors, its head and tail (< VEC elements each) taken one element per thread, summed with
+the body and re-read from global memory when normalised. Numerics as the split plan: sums of (x - K), K the
+slice's first element, in float per unrolled batch, folded into double, combined in double in a fixed order (no
+atomics).
 """
 
 HELD_FORWARD_CUDA = r"""
@@ -75,8 +78,10 @@ __device__ __forceinline__ void held_batches(int k0, int k1, Load load, Use use,
 }
 
 // One cooperative launch, kThreads threads per CTA, held_vecs * sizeof(Vec<T, VEC>) bytes of dynamic shared
-// memory. x, y: (slices, D) with D % VEC == 0 and 16-byte aligned bases; item = slice * splits + split covers
-// [split * chunk, min(D, (split + 1) * chunk)) of its slice, chunk a multiple of 32 * VEC. partial: (items, 2);
+// memory. x, y: (slices, D), x and y at the same offset from a 16-byte boundary; item = slice * splits + split
+// covers [split * chunk, min(D, (split + 1) * chunk)) of its slice, chunk a multiple of 32 * VEC, cut into an
+// element-wise head, a body of vectors and an element-wise tail (AlignedSplit; head = tail = 0 where the slice
+// starts at a 16-byte boundary and D % VEC == 0). partial: (items, 2);
 // per_cta_fold: each CTA folds its own slices' partial sums (needs splits <= blockDim.x), else a CTA per slice
 // folds it once into norm (slices,) and the grid waits a second time. l2_first: items from it on are read
 // evict_last (unless held); < 0: no hints on items not held. hw: HW as a multiply-shift divisor.
@@ -102,15 +107,27 @@ __global__ void __launch_bounds__(kThreads, held_min_ctas_per_sm<T>()) gn_held(
   const uint64_t first = l2_policy_evict_first(), last = l2_policy_evict_last(), normal = l2_policy_evict_normal();
   // The item of round r, and its slice: every thread of the CTA computes the same (block-uniform).
   auto item_of = [&](int r) { return static_cast<int64_t>(blockIdx.x) + r * ctas; };
-  // Vector k of this thread in round r: slice offset begin + tid * VEC + k * stride; shared-memory index
-  // r * chunk_vecs + tid + k * threads, held while that is < held_vecs, i.e. for k < held_count(r).
-  auto range_of = [&](int r, int64_t& slice, int& begin, int& count) {
+  // Round r's item: its slice, the range [begin, end) of the slice, and that range's cut at 16-byte boundaries.
+  // Vector k of this thread: slice offset body + tid * VEC + k * stride (body = begin + cut.head); shared-memory
+  // index r * chunk_vecs + tid + k * threads (a body has fewer than chunk_vecs vectors where head > 0), held
+  // while that is < held_vecs, i.e. for k < held_count(r). edge: the head or tail element this thread takes
+  // (-1: none).
+  struct Range {
+    int64_t slice;
+    int body, count, edge;
+  };
+  auto range_of = [&](int r) {
+    Range g;
     const int64_t item = item_of(r);
-    slice = item / splits;
-    begin = static_cast<int>(item - slice * splits) * chunk;
+    g.slice = item / splits;
+    const int begin = static_cast<int>(item - g.slice * splits) * chunk;
     const int end = begin + chunk < D ? begin + chunk : D;
-    const int left = end - begin - tid * VEC;
-    count = left > 0 ? (left + stride - 1) / stride : 0;
+    const AlignedSplit<T, int, VEC> cut(x + g.slice * D, begin, end);
+    g.body = begin + cut.head;
+    g.edge = cut.edge_element(begin, end, tid);
+    const int left = cut.body_end - g.body - tid * VEC;
+    g.count = left > 0 ? (left + stride - 1) / stride : 0;
+    return g;
   };
   auto held_count = [&](int r, int count) {
     const int room = held_vecs - r * chunk_vecs - tid;
@@ -120,15 +137,19 @@ __global__ void __launch_bounds__(kThreads, held_min_ctas_per_sm<T>()) gn_held(
 
   // 1. Statistics: the held vectors (read evict_first, stored to shared memory), then the others.
   for (int r = 0; r < rounds; ++r) {
-    int64_t slice;
-    int begin, count;
-    range_of(r, slice, begin, count);
-    const int kept = held_count(r, count);
-    const T* xt = x + slice * D + begin + tid * VEC;
+    const Range g = range_of(r);
+    const int64_t slice = g.slice;
+    const int count = g.count, kept = held_count(r, count);
+    const T* xt = x + slice * D + g.body + tid * VEC;
     Vec<T, VEC>* ht = held + r * chunk_vecs + tid;
     const C K = static_cast<C>(x[slice * D]);
     const uint64_t rest = l2_first < 0 ? normal : (item_of(r) >= l2_first ? last : first);
     double s = 0, ss = 0;
+    if (g.edge >= 0) {  // a head or tail element, in double as shifted_sums takes them
+      const double d = static_cast<double>(static_cast<C>(x[slice * D + g.edge]) - K);
+      s += d;
+      ss += d * d;
+    }
     C ls = 0, lss = 0;
     auto sum = [&](int, const Vec<T, VEC>& v) { add_shifted<T, VEC>(v, K, ls, lss); };
     auto flush = [&] {  // a batch's float sums into double (the split plan's numerics)
@@ -211,19 +232,24 @@ __global__ void __launch_bounds__(kThreads, held_min_ctas_per_sm<T>()) gn_held(
 
   // 3. Normalise the CTA's items from its last round (read last: the likeliest in L2) to its first (held), in
   // each the vectors re-read from global memory first, then the held ones.
-  const bool channel_per_vec = HW % VEC == 0;  // items start at multiples of VEC: a vector lies in one channel
   for (int r = rounds - 1; r >= 0; --r) {
-    int64_t slice;
-    int begin, count;
-    range_of(r, slice, begin, count);
-    const int kept = held_count(r, count);
+    const Range g = range_of(r);
+    const int64_t slice = g.slice;
+    const int count = g.count, kept = held_count(r, count);
     const SliceNorm<C> nm = norms[r];
-    const int j0 = begin + tid * VEC;  // slice offset of vector 0
+    const int j0 = g.body + tid * VEC;  // slice offset of vector 0
     const T* xt = x + slice * D + j0;
     T* yt = y + slice * D + j0;
     const Vec<T, VEC>* ht = held + r * chunk_vecs + tid;
     const int64_t c0 = (slice % G) * cpg;
     const ParamRef<T> wg = AFFINE ? w + c0 : w, bg = AFFINE ? b + c0 : b;
+    // Vectors at slice offsets that are multiples of VEC, with HW one too, each lie in one channel.
+    const bool channel_per_vec = HW % VEC == 0 && g.body % VEC == 0;
+    if (g.edge >= 0) {
+      Vec<T, 1> v;
+      v.v[0] = x[slice * D + g.edge];
+      y[slice * D + g.edge] = normalize_vec<T, int, 1, AFFINE, Epi>(v, g.edge, HW, true, wg, bg, nm, epi).v[0];
+    }
     auto store = [&](int k, const Vec<T, VEC>& v) {
       const int j = j0 + k * stride;
       store_vec_streaming<T, VEC>(yt + k * stride,
@@ -256,7 +282,7 @@ template <typename T, int VEC, bool AFFINE, typename Epi>
 HeldGeometry held_geometry(const Problem& pr, const HeldOptions& opt) {
   HeldGeometry g;
   const DeviceInfo& dev = device_info(pr.device);
-  if (!dev.cooperative || pr.D >= (int64_t(1) << 30) || pr.D % VEC != 0 || opt.ctas_per_sm < 1) return g;
+  if (!dev.cooperative || pr.D >= (int64_t(1) << 30) || opt.ctas_per_sm < 1) return g;
   const void* kernel = reinterpret_cast<const void*>(gn_held<T, VEC, AFFINE, Epi>);
   const int64_t vec_bytes = static_cast<int64_t>(sizeof(Vec<T, VEC>));
   // CTAs per SM: as asked, as far as the kernel's registers allow. max_active_clusters first: it lets the
