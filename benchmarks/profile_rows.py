@@ -60,6 +60,11 @@ FLAGGED_ROWS = [
     # seeds 5 and 6 (H200, 2026-12-02): two training steps of tensors under 150 KB
     ((2, 96), 32, torch.float32, False, None, "train"),
     ((1, 64, 1123), 32, torch.bfloat16, False, None, "train"),
+    # seed 20261206 (H100, 2026-12-06): a 43 KB training step; rows of odd length (27117 floats) in training; 128
+    # slices of 308226 bf16 elements (odd HW: no slice starts at a 16-byte boundary)
+    ((4, 10, 31, 35), 2, torch.float32, False, None, "train"),
+    ((32, 8, 207, 131), 8, torch.float32, False, None, "train"),
+    ((64, 4, 154113), 2, torch.bfloat16, False, None, "fwd"),
 ]
 LOG: list[str] = []
 

@@ -35,7 +35,7 @@
 #              (default 4), at most $RANDOM_LIMIT s of drawing (default 300), the table to $OUT
 #   cpurandom  the same on this machine's CPU at $CPU_THREADS threads (default 4), seed $RANDOM_SEED
 #   flagged    benchmarks/profile_rows.py --set flagged: kernels, event time and host time per call of the rows
-#              random_rows.py flagged as slower than a baseline (ours, eager, compile)
+#              random_rows.py flagged as slower than a baseline (ours, eager, compile); $FLAGGED_ROWS: some of them
 #   sanitizer  compute-sanitizer memcheck over benchmarks/sanitizer_cases.py, with the automatic plans and paths,
 #              then with the channels-last forward's fused and partly held plans forced (each with its groups
 #              folded per CTA and finalised once: GROUPNORM_INLINE_CL_FOLD=1, 0) and three launches, then with
@@ -50,6 +50,10 @@
 #              channels-last launch's phases from each CTA's %globaltimer stamps (the block plan where the op
 #              takes it; CL_TRACE_PLAN=fused: the cooperative launch); with $BASELINE, the baseline's trace
 #              first (its log under $OUT/baseline)
+#   unaligned  benchmarks/unaligned_check.py --kernels --backward: NCHW slices and rows that are not a whole number
+#              of 16-byte vectors, forward and backward, vectors with element-wise edges against element-wise,
+#              eager, torch.compile and the floor; with $BASELINE, the baseline's forward rows first (its log under
+#              $OUT/baseline); $UNALIGNED_ROWS, $UNALIGNED_BACKWARD_ROWS: some rows of each (indices)
 #   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last) for the kernels
 #              matching $NCU_KERNELS (default cl_, the channels-last ones; gn_held for --rows held): the summary
 #              sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv (tens of
@@ -157,7 +161,7 @@ for step in "$@"; do
             tests/test_functional.py tests/test_module.py -q -p no:cacheprovider --tb=short 2>&1 | tail -n 30 \
             | tee "$OUT/pytest-api.txt" ;;
     flagged)
-        timeout 400 "$PYTHON" benchmarks/profile_rows.py --set flagged 2>&1 | tail -n 150 ;;
+        timeout 400 "$PYTHON" benchmarks/profile_rows.py --set flagged ${FLAGGED_ROWS:+--rows "$FLAGGED_ROWS"} 2>&1 | tail -n 150 ;;
     sanitizer)
         timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$PYTHON" benchmarks/sanitizer_cases.py \
             2>&1 | tail -n 12 | tee "$OUT/sanitizer-core.txt"
@@ -196,6 +200,14 @@ for step in "$@"; do
         fi
         timeout 300 "$PYTHON" benchmarks/cl_trace.py ${CL_TRACE_ROWS:+--rows "$CL_TRACE_ROWS"} \
             ${CL_TRACE_PLAN:+--plan "$CL_TRACE_PLAN"} 2>&1 | tail -n 120 ;;
+    unaligned)
+        if [[ -n "${BASELINE:-}" ]]; then
+            wait "$baseline_build"
+            timeout 400 "${baseline_env[@]}" "$PYTHON" benchmarks/unaligned_check.py --kernels --no-compile \
+                ${UNALIGNED_ROWS:+--rows "$UNALIGNED_ROWS"} --out "$OUT/baseline" 2>&1 | tail -n 30
+        fi
+        timeout 500 "$PYTHON" benchmarks/unaligned_check.py --kernels --backward ${UNALIGNED_ROWS:+--rows "$UNALIGNED_ROWS"} \
+            ${UNALIGNED_BACKWARD_ROWS:+--backward-rows "$UNALIGNED_BACKWARD_ROWS"} --out "$OUT" 2>&1 | tail -n 40 ;;
     clsource)
         timeout 400 ncu --profile-from-start off -k regex:"${NCU_KERNELS:-cl_}" --set full --import-source yes \
             -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last}" 2>&1 | tail -n 8

@@ -2,6 +2,7 @@
 
     compute-sanitizer --tool memcheck python benchmarks/sanitizer_cases.py
     compute-sanitizer --tool racecheck python benchmarks/sanitizer_cases.py --channels-last --forward
+    compute-sanitizer --tool memcheck python benchmarks/sanitizer_cases.py --nchw
 
 Shapes are chosen to reach each forward plan (the channels-last ones take the block plan unless
 GROUPNORM_INLINE_CL_FORWARD_PLAN says `fused` or `three`) and both backward paths (resident clusters and row chunks for
@@ -23,11 +24,13 @@ CASES = [  # (shape, groups, dtype, memory format)
     ((2, 64, 40, 40), 8, torch.float32, torch.contiguous_format),     # resident backward, HW = 1600
     ((3, 12, 40, 40), 4, torch.float16, torch.contiguous_format),     # channel boundaries inside a warp step
     ((2, 16, 32, 32), 1, torch.bfloat16, torch.contiguous_format),    # one group
-    ((2, 8, 33, 35), 4, torch.float32, torch.contiguous_format),      # odd HW: scalar accesses, row path
+    ((2, 8, 33, 35), 4, torch.float32, torch.contiguous_format),      # odd HW: row path, vectors with edges
+    ((1, 3, 7, 4001), 1, torch.float16, torch.contiguous_format),     # odd HW, rows split: chunk heads and tails
     ((4, 32, 9, 9), 8, torch.float32, torch.contiguous_format),       # short path (HW < 1024)
     ((3, 5, 99, 97), 5, torch.float16, torch.contiguous_format),      # odd D: resident, vector body, edge elements
     ((1, 2, 301, 299), 1, torch.float16, torch.contiguous_format),    # D = 6 mod 8: a cluster of 8, edges per CTA
     ((1, 8, 512, 512), 2, torch.bfloat16, torch.contiguous_format),   # 16-CTA clusters within L2: the held plan
+    ((1, 8, 511, 511), 2, torch.bfloat16, torch.contiguous_format),   # the same, odd D: held items with edges
     ((2, 32, 16, 16), 8, torch.float16, torch.channels_last),
     ((1, 16, 4, 8, 8), 4, torch.bfloat16, torch.channels_last_3d),
     ((3, 10, 7, 9), 5, torch.float32, torch.channels_last),           # block plan, scalar accesses (C % 4 != 0)
@@ -40,11 +43,14 @@ CASES = [  # (shape, groups, dtype, memory format)
 
 
 def main() -> int:
-    # --channels-last: only the channels-last cases; --forward: no backward (racecheck's slower passes).
+    # --channels-last: only the channels-last cases; --nchw: only the others; --forward: no backward (racecheck's
+    # slower passes).
     channels_last_only = "--channels-last" in sys.argv[1:]
+    nchw_only = "--nchw" in sys.argv[1:]
     forward_only = "--forward" in sys.argv[1:]
     torch.manual_seed(0)
     cases = [c for c in CASES if not channels_last_only or c[3] is not torch.contiguous_format]
+    cases = [c for c in cases if not nchw_only or c[3] is torch.contiguous_format]
     for shape, G, dtype, fmt in cases:
         x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=fmt).requires_grad_()
         w = (torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5).requires_grad_()

@@ -2,7 +2,11 @@
 8 half elements): ours with 16-byte vectors and element-wise heads and tails (the default) against ours
 element-wise (GROUPNORM_INLINE_EDGE_VECTORS=0, the earlier path), eager, torch.compile and a copy.
 
-    python benchmarks/unaligned_check.py [--no-compile] [--kernels] [--out DIR]
+    python benchmarks/unaligned_check.py [--no-compile] [--kernels] [--backward] [--out DIR]
+
+--backward adds the backward alone (graph kept, retain_graph) of rows whose HW is not a multiple of the vector
+(the row path's rows start at every offset from a 16-byte boundary), the same settings against eager,
+torch.compile and the backward's floor (dx = x + dy: two reads and a write).
 
 Each row: the plan of each setting, median ms of CUDA-event-timed calls (L2 flushed before each, settings
 interleaved call by call in an order rotated every round, so that drift and position hit all alike), and ours/copy. Correctness of both settings against
@@ -22,12 +26,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+try:  # the package on PYTHONPATH if there is one (another build to compare), else this checkout's
+    import groupnorm_inline  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import groupnorm_inline  # noqa: E402
 from groupnorm_inline.functional import forward_plan  # noqa: E402
-from providers import fresh_compile  # noqa: E402
-from channels_last_forward_times import kernel_us, round_robin, with_env  # noqa: E402
+from providers import _backward_only, compiled_group_norm, fresh_compile, retained_graph_compile_config  # noqa: E402
+from channels_last_forward_times import kernel_us, round_robin, with_envs  # noqa: E402
 
 ENV = "GROUPNORM_INLINE_EDGE_VECTORS"
 # (shape, groups, dtype, activation): the random-problem rows that were slower than torch.compile, then
@@ -46,6 +53,9 @@ ROWS = [
     ((1, 128, 511, 511), 32, torch.float16, None),
     ((8, 64, 255, 255), 32, torch.float32, None),
     ((1, 5, 2047, 2047), 5, torch.float16, None),
+    ((64, 4, 154113), 2, torch.bfloat16, None),  # a random row 1.13x torch.compile's time (clusters in waves)
+    ((2, 320, 127, 129), 32, torch.float32, None),
+    ((4, 32, 255, 257), 32, torch.float16, "silu"),
     # aligned controls (both settings take the same plan): a row of the random problems that was slower than eager
     # with SiLU, and two suite rows of the resident plan
     ((1, 160, 1488), 32, torch.float16, "silu"),
@@ -54,10 +64,82 @@ ROWS = [
 ]
 
 
+# Training rows of HW >= 1024 not a multiple of the vector (the backward's row path), (shape, groups, dtype).
+BACKWARD_ROWS = [
+    ((32, 8, 207, 131), 8, torch.float32),  # a random row 1.07x eager's training step
+    ((64, 4, 154113), 2, torch.bfloat16),
+    ((8, 64, 127, 127), 32, torch.float16),
+    ((2, 320, 63, 65), 32, torch.float32),
+    ((4, 128, 255, 255), 32, torch.bfloat16),
+    ((16, 32, 45, 45), 8, torch.float32),
+]
+
+
+def pick(rows: list, indices: str) -> list:
+    """The rows at the comma-separated indices, or all of them."""
+    return [rows[int(i)] for i in indices.split(",") if i.strip()] or rows
+
+
+def with_env(name: str, value: str, fn):
+    return with_envs({name: value}, fn)
+
+
+def backward_rows(args, lines: list) -> None:
+    """The backward alone of BACKWARD_ROWS, the settings side by side (see the module docstring)."""
+    head = ["", "## Backward (graph kept, retain_graph): rows of HW not a multiple of the vector", "",
+            "| row | vectors ms | element-wise ms | eager ms | compile ms | floor ms | vectors/floor | elem/vectors "
+            "| best baseline/vectors | dx err vec / elem | kernel us vec / elem |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines += head
+    print("\n".join(head), flush=True)
+    for shape, groups, dtype in pick(BACKWARD_ROWS, args.backward_rows):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(shape, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+        w = (torch.rand(shape[1], device="cuda", generator=gen) + 0.5).to(dtype).requires_grad_()
+        b = torch.randn(shape[1], device="cuda", generator=gen).to(dtype).requires_grad_()
+        dy = torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
+        x64 = x.detach().double().requires_grad_()
+        ref = torch.autograd.grad(F.group_norm(x64, groups, w.double(), b.double(), 1e-5), x64, dy.double())[0]
+        y_ours = groupnorm_inline.group_norm(x, groups, w, b, 1e-5)
+        errs = []
+        for value in ("1", "0"):
+            dx = with_env(ENV, value, lambda: torch.autograd.grad(y_ours, x, dy, retain_graph=True)[0])()
+            errs.append(((dx.double() - ref).abs().max() / (1 + ref.abs().max())).item())
+        del ref
+        y_eager = F.group_norm(x, groups, w, b, 1e-5)
+        fns = {"vectors": with_env(ENV, "1", lambda: _backward_only(y_ours, x, w, b, dy)),
+               "element-wise": with_env(ENV, "0", lambda: _backward_only(y_ours, x, w, b, dy)),
+               "eager": lambda: _backward_only(y_eager, x, w, b, dy)}
+        if not args.no_compile:
+            with retained_graph_compile_config():
+                y_comp = compiled_group_norm(groups, 1e-5)(x, w, b)
+            fns["compile"] = lambda: _backward_only(y_comp, x, w, b, dy)
+        x_plain, dx_floor = x.detach(), torch.empty_like(x.detach())
+        fns["floor"] = lambda: torch.add(x_plain, dy, out=dx_floor)
+        with retained_graph_compile_config():
+            t = {name: us / 1000.0 for name, us in round_robin(fns, 30).items()}  # ms
+        vec, elem, floor = t["vectors"], t["element-wise"], t["floor"]
+        comp = t.get("compile", float("nan"))
+        best = min(t["eager"], comp) if not args.no_compile else t["eager"]
+        line = (f"| {shape} G{groups} {str(dtype).replace('torch.', '')} | {vec:.4f} | {elem:.4f} | {t['eager']:.4f} "
+                f"| {comp:.4f} | {floor:.4f} | {vec / floor:.2f} | {elem / vec:.2f} | {best / vec:.2f} "
+                f"| {errs[0]:.1e} / {errs[1]:.1e} | ")
+        if args.kernels:
+            line += f"{kernel_us(fns['vectors'], 20):.1f} / {kernel_us(fns['element-wise'], 20):.1f} |"
+        else:
+            line += "- |"
+        lines.append(line)
+        print(line, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also the kernels' GPU time (torch.profiler)")
+    parser.add_argument("--backward", action="store_true", help="also the backward of unaligned rows")
+    parser.add_argument("--no-forward", action="store_true", help="skip the forward rows")
+    parser.add_argument("--rows", default="", help="indices into the forward rows (all by default)")
+    parser.add_argument("--backward-rows", default="", help="indices into the backward rows (all by default)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     lines = [f"# Unaligned NCHW slices on {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
@@ -65,7 +147,7 @@ def main() -> None:
              "| copy ms | vectors/copy | elem/vectors | best baseline/vectors | err vec / elem | kernel us vec / elem |",
              "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     print("\n".join(lines), flush=True)
-    for shape, groups, dtype, act in ROWS:
+    for shape, groups, dtype, act in ([] if args.no_forward else pick(ROWS, args.rows)):
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
         w = (torch.rand(shape[1], device="cuda", generator=gen) + 0.5).to(dtype)
@@ -101,6 +183,8 @@ def main() -> None:
             line += "- |"
         lines.append(line)
         print(line, flush=True)
+    if args.backward:
+        backward_rows(args, lines)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "unaligned_check.md").write_text("\n".join(lines) + "\n")
