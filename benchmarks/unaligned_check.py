@@ -84,6 +84,16 @@ def with_env(name: str, value: str, fn):
     return with_envs({name: value}, fn)
 
 
+def finish_line(args, line: str, fns: dict, lines: list) -> None:
+    """Ends a table line with the kernel-time column (vectors / element-wise, or "-"), keeps and prints it."""
+    if args.kernels:
+        line += f"{kernel_us(fns['vectors'], 20):.1f} / {kernel_us(fns['element-wise'], 20):.1f} |"
+    else:
+        line += "- |"
+    lines.append(line)
+    print(line, flush=True)
+
+
 def backward_rows(args, lines: list) -> None:
     """The backward alone of BACKWARD_ROWS, the settings side by side (see the module docstring)."""
     head = ["", "## Backward (graph kept, retain_graph): rows of HW not a multiple of the vector", "",
@@ -124,12 +134,7 @@ def backward_rows(args, lines: list) -> None:
         line = (f"| {shape} G{groups} {str(dtype).replace('torch.', '')} | {vec:.4f} | {elem:.4f} | {t['eager']:.4f} "
                 f"| {comp:.4f} | {floor:.4f} | {vec / floor:.2f} | {elem / vec:.2f} | {best / vec:.2f} "
                 f"| {errs[0]:.1e} / {errs[1]:.1e} | ")
-        if args.kernels:
-            line += f"{kernel_us(fns['vectors'], 20):.1f} / {kernel_us(fns['element-wise'], 20):.1f} |"
-        else:
-            line += "- |"
-        lines.append(line)
-        print(line, flush=True)
+        finish_line(args, line, fns, lines)
 
 
 def main() -> None:
@@ -177,12 +182,7 @@ def main() -> None:
         name = f"{shape} G{groups} {str(dtype).replace('torch.', '')}" + (f" +{act}" if act else "")
         line = (f"| {name} | {plans[0]} | {plans[1]} | {vec:.4f} | {elem:.4f} | {eag:.4f} | {comp:.4f} | {copy:.4f} "
                 f"| {vec / copy:.2f} | {elem / vec:.2f} | {best / vec:.2f} | {errs[0]:.1e} / {errs[1]:.1e} | ")
-        if args.kernels:
-            line += f"{kernel_us(fns['vectors'], 20):.1f} / {kernel_us(fns['element-wise'], 20):.1f} |"
-        else:
-            line += "- |"
-        lines.append(line)
-        print(line, flush=True)
+        finish_line(args, line, fns, lines)
     if args.backward:
         backward_rows(args, lines)
     if args.out is not None:

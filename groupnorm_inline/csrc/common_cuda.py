@@ -10,6 +10,8 @@ COMMON_CUDA_HEADER = r"""
 #ifndef GN_INLINE_COMMON_CUDA_HEADER
 #define GN_INLINE_COMMON_CUDA_HEADER
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -224,6 +226,14 @@ struct AlignedSplit {
     return I(-1);
   }
 };
+
+// GROUPNORM_INLINE_EDGE_VECTORS=0 (read on every call that could use them, for benchmarks): ranges that do not
+// start at 16-byte boundaries (NCHW forward slices, backward row-path rows) go one element at a time instead of
+// in vectors with element-wise heads and tails.
+inline bool edge_vectors_enabled() {
+  const char* env = std::getenv("GROUPNORM_INLINE_EDGE_VECTORS");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {

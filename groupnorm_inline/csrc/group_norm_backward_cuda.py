@@ -443,7 +443,8 @@ __device__ __forceinline__ RowCoefficients<A> row_coefficients(int64_t row, int6
 
 // Row path: CTA b takes chunk [split * chunk, +chunk) of its row (chunks of its own, finer than step 1's), the
 // CTAs walked from the last one: what step 1 read last is what L2 still holds. dx: (rows, HW), written with
-// streaming stores; rows of any alignment as in row_channel_sums (dx at x's offset from a 16-byte boundary). The first job.shape.ctas CTAs compute the parameter gradients instead (step 3 rides along
+// streaming stores; rows of any alignment as in row_channel_sums (dx at x's offset from a 16-byte boundary).
+// The first job.shape.ctas CTAs compute the parameter gradients instead (step 3 rides along
 // with step 4: no launch of its own, and its few CTAs finish while the others stream).
 template <typename T, int VEC, typename Epi>
 __global__ void __launch_bounds__(kThreads) row_grad_input(
@@ -932,13 +933,6 @@ inline bool resident_pays(const gn_inline::DeviceInfo& dev, int64_t tensor_bytes
   return resident_s < row_s;
 }
 
-// GROUPNORM_INLINE_EDGE_VECTORS=0 (read per call): the row path reads rows that do not start at 16-byte
-// boundaries one element at a time, as it did before it cut them into heads, bodies and tails (benchmarks).
-inline bool edge_vectors_enabled() {
-  const char* v = std::getenv("GROUPNORM_INLINE_EDGE_VECTORS");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 // GROUPNORM_INLINE_RESIDENT_BWD_THREADS (64..512, a power of two): the largest CTA the resident path may size,
 // in place of the automatic choice below (benchmarks); 0 when unset. Read on every call (~0.1 us) so that one
 // process can alternate settings call by call (benchmarks/resident_threads_check.py).
@@ -1071,7 +1065,8 @@ void run_backward_typed(const Problem<T>& pr, const at::Tensor& x, cudaStream_t 
     // (GROUPNORM_INLINE_EDGE_VECTORS=0: only where every row starts at one, for benchmarks).
     const bool shared_offset =
         offset16(pr.x) == offset16(pr.dy) && (pr.dx == nullptr || offset16(pr.dx) == offset16(pr.x));
-    const bool vectors = (aligned && pr.HW % gn_inline::vec16<T>() == 0) || (shared_offset && edge_vectors_enabled());
+    const bool vectors =
+        (aligned && pr.HW % gn_inline::vec16<T>() == 0) || (shared_offset && gn_inline::edge_vectors_enabled());
     const PathOverride path = backward_path_override();
     if (path == PathOverride::kRow ||
         !try_resident_path<T, Epi>(pr, aligned, path == PathOverride::kAuto, acc_opts, x.get_device(), stream))

@@ -1017,11 +1017,6 @@ void launch_forward(const Pointers<T>& p, const Problem& pr, const at::TensorOpt
   launch_two_read<T, VEC, AFFINE, Epi>(p, pr, opts, TwoReadMode::kAuto);
 }
 
-inline bool edge_vectors_enabled() {
-  const char* env = std::getenv("GROUPNORM_INLINE_EDGE_VECTORS");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
 // x, y: (N, C, HW) contiguous. Plain GroupNorm (act.kind == kNone) runs kernels instantiated for the Identity
 // epilogue, which compiles to exactly the normalisation; SiLU on 16-byte vectors of float/half data (the
 // diffusion block) its own Fixed<kSilu> instantiation; any other activation (and float64 data, or slices taken
