@@ -61,13 +61,20 @@ HELD = [
     ((2, 320, 128, 128), 32, torch.float32, torch.contiguous_format),
     ((1, 128, 512, 512), 32, torch.float16, torch.contiguous_format),
 ]
+# Held rows of 3-4 rounds in half precision: bfloat16 (2 CTAs per SM) against float16 (3) at the same shape.
+HELD_HALF = [
+    ((32, 16, 94230), 8, torch.bfloat16, torch.contiguous_format),
+    ((32, 16, 94232), 8, torch.bfloat16, torch.contiguous_format),
+    ((32, 16, 94232), 8, torch.float16, torch.contiguous_format),
+]
 # NCHW rows the resident plan takes (a cluster per slice, the slice in shared memory): 1.5-1.6x the copy.
 NCHW_RESIDENT = [
     ((1, 320, 64, 64), 32, torch.float16, torch.contiguous_format),
     ((2, 1280, 32, 32), 32, torch.float16, torch.contiguous_format),
     ((2, 640, 64, 64), 32, torch.float16, torch.contiguous_format),
 ]
-ROWS = {"few_slice": FEW_SLICE, "held": HELD, "nchw_resident": NCHW_RESIDENT, "channels_last": CHANNELS_LAST,
+ROWS = {"few_slice": FEW_SLICE, "held": HELD, "held_half": HELD_HALF, "nchw_resident": NCHW_RESIDENT,
+        "channels_last": CHANNELS_LAST,
         "channels_last_large": CHANNELS_LAST_LARGE, "channels_last_kinds": CHANNELS_LAST_KINDS}
 
 

@@ -148,6 +148,11 @@ TIMING_ROWS = {
     "held": [((2, 320, 128, 128), 32, torch.float32), ((2, 640, 64, 64), 32, torch.float16),
              ((1, 320, 64, 64), 32, torch.float16), ((2, 1280, 32, 32), 32, torch.float16),
              ((1, 128, 1024, 1024), 32, torch.float16)],
+    # Few slices of 3 to 4 rounds of the held plan in half precision (bfloat16 runs 2 CTAs per SM, float16 3): the
+    # random row (32,16,94230) G8 bf16 that trailed torch.compile, its aligned twin and float16 twins.
+    "held-half": [((32, 16, 94230), 8, torch.bfloat16), ((32, 16, 94232), 8, torch.bfloat16),
+                  ((32, 16, 94232), 8, torch.float16), ((64, 4, 154112), 2, torch.bfloat16),
+                  ((64, 4, 154112), 2, torch.float16)],
     # Inputs the split plan takes, 14 MB to 512 MB (L2: 50 MB on the H100 and H200): its L2 hints against none.
     "split": [((4, 64, 27124), 1, torch.float16), ((1, 256, 256, 256), 32, torch.bfloat16),
               ((4, 4, 1070, 1588), 4, torch.float16), ((8, 64, 38555), 1, torch.float32),

@@ -54,6 +54,8 @@
 #              of 16-byte vectors, forward and backward, vectors with element-wise edges against element-wise,
 #              eager, torch.compile and the floor; with $BASELINE, the baseline's forward rows first (its log under
 #              $OUT/baseline); $UNALIGNED_ROWS, $UNALIGNED_BACKWARD_ROWS: some rows of each (indices)
+#   fwdab      benchmarks/nchw_forward_ab.py: every NCHW forward plan's rows checked against float64 and their kernels
+#              timed, with $BASELINE the baseline's build first, $AB_ROUNDS times (default 1); $AB_ROWS: indices
 #   clsource   Nsight Compute over benchmarks/ncu_rows.py --rows $NCU_ROWS (default channels_last) for the kernels
 #              matching $NCU_KERNELS (default cl_, the channels-last ones; gn_held for --rows held): the summary
 #              sections to ncu-cl-summary.txt and per-SASS-instruction stall samples to ncu-cl-source.csv (tens of
@@ -208,6 +210,16 @@ for step in "$@"; do
         fi
         timeout 500 "$PYTHON" benchmarks/unaligned_check.py --kernels --backward ${UNALIGNED_ROWS:+--rows "$UNALIGNED_ROWS"} \
             ${UNALIGNED_BACKWARD_ROWS:+--backward-rows "$UNALIGNED_BACKWARD_ROWS"} --out "$OUT" 2>&1 | tail -n 40 ;;
+    fwdab)
+        for round in $(seq 1 "${AB_ROUNDS:-1}"); do
+            if [[ -n "${BASELINE:-}" ]]; then
+                wait "$baseline_build" 2>/dev/null
+                timeout 250 "${baseline_env[@]}" "$PYTHON" benchmarks/nchw_forward_ab.py --label "baseline $round" \
+                    ${AB_ROWS:+--rows "$AB_ROWS"} --out "$OUT" 2>&1 | grep -v "^\[groupnorm" | tail -n 30
+            fi
+            timeout 250 "$PYTHON" benchmarks/nchw_forward_ab.py --label "this $round" ${AB_ROWS:+--rows "$AB_ROWS"} \
+                --out "$OUT" 2>&1 | grep -v "^\[groupnorm" | tail -n 30
+        done ;;
     clsource)
         timeout 400 ncu --profile-from-start off -k regex:"${NCU_KERNELS:-cl_}" --set full --import-source yes \
             -o "$OUT/ncu-cl" -f "$PYTHON" benchmarks/ncu_rows.py --rows "${NCU_ROWS:-channels_last}" 2>&1 | tail -n 8
