@@ -18,6 +18,7 @@ COMMON_CUDA_HEADER = r"""
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
+#include <cuda_bf16.h>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -190,6 +191,43 @@ constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
 template <typename T, int VEC>
 __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
   return *reinterpret_cast<const Vec<T, VEC>*>(p);
+}
+
+// A vector in the compute type, and back. bfloat16 goes in pairs, from and to the 32-bit words a 16-byte load
+// fills: element by element, each element is first moved to a 16-bit register of its own with the word kept
+// alive beside it (the bfloat16 held kernel needed 115 registers so, more than 3 CTAs per SM allow). bfloat16 ->
+// float is exact (the bits shifted up); float -> bfloat16 rounds to nearest even, as static_cast<T> does. Other
+// types element by element (float16 in pairs raised its split-plan apply kernel's registers: see normalize_vec).
+template <typename T, int VEC>
+__device__ __forceinline__ void vec_to_compute(const Vec<T, VEC>& v, typename Compute<T>::type (&out)[VEC]) {
+  using C = typename Compute<T>::type;
+  if constexpr (std::is_same_v<T, c10::BFloat16> && VEC % 2 == 0) {
+    uint32_t words[VEC / 2];
+    memcpy(words, &v, sizeof(words));
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) {
+      out[2 * i] = __uint_as_float(words[i] << 16);
+      out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = static_cast<C>(v.v[k]);
+  }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> vec_from_compute(const typename Compute<T>::type (&z)[VEC]) {
+  Vec<T, VEC> out;
+  if constexpr (std::is_same_v<T, c10::BFloat16> && VEC % 2 == 0) {
+    __nv_bfloat162 pairs[VEC / 2];
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) pairs[i] = __floats2bfloat162_rn(z[2 * i], z[2 * i + 1]);
+    memcpy(&out, pairs, sizeof(pairs));
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out.v[k] = static_cast<T>(z[k]);
+  }
+  return out;
 }
 
 // Streaming store: the output is not read again by this kernel, so keep it from evicting the input in L2.

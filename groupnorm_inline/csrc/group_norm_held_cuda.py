@@ -42,13 +42,12 @@ constexpr int kHeldAutoMaxRounds = 4;
 // CTAs per SM, each with an equal share of the SM's shared memory: 3 and 4 measured alike and 1-8% faster
 // than 2 where the input exceeds shared memory (more loads in flight per SM); 1 was 10-25% slower everywhere.
 constexpr int kHeldCtasPerSm = 3;
-// The register cap that lets kHeldCtasPerSm CTAs share an SM (80 per thread), except for bfloat16: its build needs
-// ~100, and capped at 80 it spilled (72 bytes of stack) and ran 18-20% slower at 3 CTAs per SM than uncapped at 2
-// ((1,256,256,256) and (1,128,8,128,128), H200, 2026-11-28); float16 (a 24-byte spill outside the loops) and
-// float32 run 3 per SM.
+// The register cap that lets kHeldCtasPerSm CTAs share an SM: 80 per thread, which every dtype's build meets
+// without spilling. (bfloat16 once ran 2 per SM: converted element by element it needed 115 registers, and capped
+// at 80 it spilled and ran 18-20% slower, H200, 2026-11-28; vec_to_compute's pairs took it to 93 uncapped.)
 template <typename T>
 constexpr int held_min_ctas_per_sm() {
-  return std::is_same_v<T, c10::BFloat16> ? 2 : kHeldCtasPerSm;
+  return kHeldCtasPerSm;
 }
 
 // The vectors of one thread in one item, as a count: thread t takes the item's vectors t, t + threads, ...; the
