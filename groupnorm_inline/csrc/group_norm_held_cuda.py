@@ -42,13 +42,9 @@ constexpr int kHeldAutoMaxRounds = 4;
 // CTAs per SM, each with an equal share of the SM's shared memory: 3 and 4 measured alike and 1-8% faster
 // than 2 where the input exceeds shared memory (more loads in flight per SM); 1 was 10-25% slower everywhere.
 constexpr int kHeldCtasPerSm = 3;
-// The register cap that lets kHeldCtasPerSm CTAs share an SM: 80 per thread, which every dtype's build meets
-// without spilling. (bfloat16 once ran 2 per SM: converted element by element it needed 115 registers, and capped
-// at 80 it spilled and ran 18-20% slower, H200, 2026-11-28; vec_to_compute's pairs took it to 93 uncapped.)
-template <typename T>
-constexpr int held_min_ctas_per_sm() {
-  return kHeldCtasPerSm;
-}
+// The kernel's launch bounds cap its registers at 80 so that kHeldCtasPerSm CTAs share an SM, in every dtype.
+// (bfloat16 once ran 2 per SM: converted element by element it needed 115 registers, and capped at 80 it spilled
+// and ran 18-20% slower, H200, 2026-11-28; converted in pairs (vec_to_compute) it fits 80 without a spill.)
 
 // The vectors of one thread in one item, as a count: thread t takes the item's vectors t, t + threads, ...; the
 // first `held` of them (k < held) are the ones with a place in shared memory. Loops over them go in batches of
@@ -84,9 +80,9 @@ __device__ __forceinline__ void held_batches(int k0, int k1, Load load, Use use,
 // per_cta_fold: each CTA folds its own slices' partial sums (needs splits <= blockDim.x), else a CTA per slice
 // folds it once into norm (slices,) and the grid waits a second time. l2_first: items from it on are read
 // evict_last (unless held); < 0: no hints on items not held. hw: HW as a multiply-shift divisor.
-// Launch bounds: held_min_ctas_per_sm<T>() CTAs per SM must fit the registers.
+// Launch bounds: kHeldCtasPerSm CTAs per SM must fit the registers.
 template <typename T, int VEC, bool AFFINE, typename Epi>
-__global__ void __launch_bounds__(kThreads, held_min_ctas_per_sm<T>()) gn_held(
+__global__ void __launch_bounds__(kThreads, kHeldCtasPerSm) gn_held(
     const T* __restrict__ x, T* __restrict__ y, ParamRef<T> w, ParamRef<T> b,
     typename Compute<T>::type* __restrict__ mean_out, typename Compute<T>::type* __restrict__ rstd_out,
     double* __restrict__ partial, SliceNorm<typename Compute<T>::type>* __restrict__ norm, int64_t slices,
