@@ -272,12 +272,14 @@ def test_many_small_slices_batched_statistics(shape, groups, dtype, num_threads,
 # bound: the general path). On AVX2 builds float32 channels of 9 to 64 elements go 8 channels at a time (a hadd
 # tree per sum, a masked load for the last HW % 8; blocks of 8 rows across slices, in chunks of 2048 elements):
 # groups of 8 channels, of 9 and 17, HW 24 (three whole vectors), 64 (the longest) and 65 (past it), and groups
-# of 2 channels in chunks of 113 slices (226 rows: a partial block at each chunk's end).
+# of 2 channels in chunks of 113 slices (226 rows: a partial block at each chunk's end). bfloat16 and float16
+# channels go that way up to 256 elements: 65, 255 (31 whole vectors and 7 elements) and 257 (past it). Each
+# tensor's last row with a partial vector reads only its own elements (the rows before it read into the next row).
 SHORT_BACKWARD_SHAPES = [((21, 8, 2), 4), ((37, 6, 3, 3), 3), ((9, 48, 4, 4), 16), ((7, 10, 17), 5),
                          ((5, 40, 31), 8), ((6, 19, 5, 5), 19), ((3, 12, 32), 4), ((17, 32, 48), 32),
                          ((2, 40, 2, 5, 5), 4), ((5, 6, 33), 2), ((3, 8, 320), 4), ((2, 6, 321), 3),
                          ((4, 72, 3, 3), 8), ((3, 136, 24), 8), ((2, 64, 8, 8), 8), ((2, 96, 65), 4),
-                         ((64, 64, 3, 3), 32)]
+                         ((64, 64, 3, 3), 32), ((3, 16, 255), 4), ((2, 8, 257), 2)]
 
 
 @pytest.mark.parametrize("num_threads", [1, 3])

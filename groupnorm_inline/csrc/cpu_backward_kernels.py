@@ -598,26 +598,30 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 #endif
 
 #if defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__)
-// AVX2 builds (no AVX-512: most laptops, AMD Zen 1-3), float32 data without an activation: NCHW slices whose
-// channels hold kMinRowAvx2 to kMaxRowAvx2 elements (2 to 8 vectors), whole. Through the per-channel steps
-// (channel_sums, then channel_grad_input: three 16-lane reductions and two out-of-line calls per channel) a
-// channel of 16 elements cost ~130 instructions of sums and ~120 of dx: (64,512,4,4) G32 backward 9.3 M
-// instructions per call against PyTorch's 4.7 M, 1.6x its time at one thread (2-core AMD EPYC without AVX-512).
+// AVX2 builds (no AVX-512: most laptops, AMD Zen 1-3), float32, bfloat16 and float16 data without an activation:
+// NCHW slices whose channels hold kMinRowAvx2 to kMaxRowAvx2 elements (2 to 8 vectors), whole. Through the
+// per-channel steps (channel_sums, then channel_grad_input: three 16-lane reductions and two out-of-line calls per
+// channel) a channel of 16 elements cost ~130 instructions of sums and ~120 of dx: (64,512,4,4) G32 float32
+// backward 9.3 M instructions per call against PyTorch's 4.7 M, 1.6x its time at one thread (2-core AMD EPYC
+// without AVX-512); 16-bit channels also paid at::vec's counted load and store of each channel's partial pack out
+// of line: (16,640,34) G32 bfloat16 backward 2.1x PyTorch's time at 2 threads, (16,640,32) 1.24x.
 // Here, per chunk of slices:
-//   sums  each channel's elements in 8-lane accumulators (d = x - m, dy * d, dy; a masked load for the last
-//         HW % 8), and 8 channels' three sums (of one slice or several) out of one hadd tree each
-//         (sums_of_eight) into ds / db; blocks of 8 within a slice left groups of 2 channels ((64,64,8,8) G32)
-//         1.06-1.09x PyTorch's, the tree on 6 empty channels;
+//   sums  each channel's elements in 8-lane float accumulators (d = x - m, dy * d, dy; the last HW % 8 masked),
+//         and 8 channels' three sums (of one slice or several) out of one hadd tree each (sums_of_eight) into
+//         ds / db; blocks of 8 within a slice left groups of 2 channels ((64,64,8,8) G32) 1.06-1.09x PyTorch's,
+//         the tree on 6 empty channels;
 //   dx    slice by slice over its D contiguous elements in whole vectors, the per-element rstd * w[c] from a
 //         scratch row filled channel by channel with broadcasts (each channel's last vector spills into the next
 //         channel's elements, which that channel then overwrites), so no store is masked (a masked store is
-//         microcoded on AMD). Non-temporal stores where the output is large, as Pack::store_stream.
+//         microcoded on AMD). float32: non-temporal stores where the output is large, as Pack::store_stream.
 // Shorter channels keep backward_short_slice (scalar chains and one vector: the 8-channel tree and masked loads
 // gained nothing below 8 elements, 1 thread, 2-core AMD EPYC); longer ones the per-channel path, where the three
-// reductions are a small share of a channel and its two 16-lane chains per sum stream faster (HW 128-320 ran
-// 0.80-0.90x PyTorch's that way, 0.92-0.97x here).
+// reductions are a small share of a channel and its two 16-lane chains per sum stream faster (float32 HW 128-320
+// ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to kMaxRowAvx2Half: the per-channel path
+// paid its out-of-line counted loads and stores there too (bfloat16 backward, 2 threads, 2-core AMD EPYC: HW 80,
+// 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally where aligned (stream_fence after).
-constexpr int64_t kMinRowAvx2 = 9, kMaxRowAvx2 = 64;
+constexpr int64_t kMinRowAvx2 = 9, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
 
 // Lane j of the result: the sum of the 8 lanes of v[j].
 GN_CPU_INLINE __m256 sums_of_eight(const __m256* v) {
@@ -627,13 +631,52 @@ GN_CPU_INLINE __m256 sums_of_eight(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// 8 consecutive elements as floats (16-bit data: exact), and 8 floats stored as T (rounded to nearest even, NaN
+// kept a NaN, as c10's conversions).
+GN_CPU_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+GN_CPU_INLINE __m256 load8(const c10::BFloat16* p) {  // the bits, 16 places up
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+GN_CPU_INLINE __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+GN_CPU_INLINE void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+GN_CPU_INLINE void store8(c10::BFloat16* p, __m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+GN_CPU_INLINE void store8(c10::Half* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// The 8 elements at p whose lanes are set in `lanes` (the first of them), as floats, the others 0. `past_ok`: the 8
+// elements from p lie inside the tensor (a row that is not the tensor's last: its partial vector reads into the
+// next row, then masked), else only the lanes' elements are read. float32: a masked load either way.
+template <typename T>
+GN_CPU_INLINE __m256 load8_first(const T* p, __m256i lanes, int64_t count, bool past_ok) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm256_maskload_ps(p, lanes);
+  } else {
+    if (past_ok) return _mm256_and_ps(load8(p), _mm256_castsi256_ps(lanes));
+    __at_align__ T buf[8] = {};
+    for (int64_t j = 0; j < count; ++j) buf[j] = p[j];
+    return load8(buf);
+  }
+}
+
 // Slices [s0, s1) (a chunk that stays in L1 between the passes). Rows r = s * cpg + cl of the chunk are the
 // input's (n, c) = (r / C, r % C), so their sums land at p.ds + r, p.db + r, and blocks of 8 rows run across slice
 // boundaries (groups of fewer than 8 channels fill whole blocks). sm: (s1 - s0) * cpg doubles of scratch.
-inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, int64_t s1, double* sm_rows,
-                                     float* a_row, bool stream) {
+template <typename T>
+void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, double* sm_rows, float* a_row,
+                              bool stream) {
   const int64_t G = p.G, cpg = p.channels / G, HW = p.HW, D = cpg * HW;
-  const int64_t r0 = s0 * cpg, r1 = s1 * cpg;
+  const int64_t r0 = s0 * cpg, r1 = s1 * cpg, rows = p.N * p.channels;
   const __m256 zero = _mm256_setzero_ps();
   const int64_t whole = HW / 8 * 8;
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(HW - whole)),
@@ -649,14 +692,14 @@ inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, i
         cl = 0;
         ++s;
       }
-      const float* xc = p.x + (rb + j) * HW;
-      const float* gc = p.dy + (rb + j) * HW;
+      const T* xc = p.x + (rb + j) * HW;
+      const T* gc = p.dy + (rb + j) * HW;
       // Two chains per sum (a channel of 64 is 8 dependent additions of ~3-4 cycles each otherwise).
       __m256 d0 = zero, b0 = zero, m0 = zero, d1 = zero, b1 = zero, m1 = zero;
       int64_t i = 0;
       for (; i + 16 <= whole; i += 16) {
-        const __m256 e0 = _mm256_sub_ps(_mm256_loadu_ps(xc + i), vm), g0 = _mm256_loadu_ps(gc + i);
-        const __m256 e1 = _mm256_sub_ps(_mm256_loadu_ps(xc + i + 8), vm), g1 = _mm256_loadu_ps(gc + i + 8);
+        const __m256 e0 = _mm256_sub_ps(load8(xc + i), vm), g0 = load8(gc + i);
+        const __m256 e1 = _mm256_sub_ps(load8(xc + i + 8), vm), g1 = load8(gc + i + 8);
         d0 = _mm256_fmadd_ps(g0, e0, d0);
         b0 = _mm256_add_ps(b0, g0);
         m0 = _mm256_add_ps(m0, e0);
@@ -665,16 +708,17 @@ inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, i
         m1 = _mm256_add_ps(m1, e1);
       }
       if (i < whole) {
-        const __m256 e0 = _mm256_sub_ps(_mm256_loadu_ps(xc + i), vm), g0 = _mm256_loadu_ps(gc + i);
+        const __m256 e0 = _mm256_sub_ps(load8(xc + i), vm), g0 = load8(gc + i);
         d0 = _mm256_fmadd_ps(g0, e0, d0);
         b0 = _mm256_add_ps(b0, g0);
         m0 = _mm256_add_ps(m0, e0);
         i += 8;
       }
       if (i < HW) {  // masked lanes load as 0: d there is -m, so it is masked again
-        const __m256 e1 = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(xc + i, tail), vm),
+        const bool past_ok = rb + j + 1 < rows;  // (i + 8 <= 2 HW: the next row holds the lanes past this one)
+        const __m256 e1 = _mm256_and_ps(_mm256_sub_ps(load8_first(xc + i, tail, HW - i, past_ok), vm),
                                         _mm256_castsi256_ps(tail));
-        const __m256 g1 = _mm256_maskload_ps(gc + i, tail);
+        const __m256 g1 = load8_first(gc + i, tail, HW - i, past_ok);
         d1 = _mm256_fmadd_ps(g1, e1, d1);
         b1 = _mm256_add_ps(b1, g1);
         m1 = _mm256_add_ps(m1, e1);
@@ -685,13 +729,13 @@ inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, i
     }
     const __m256 rd = sums_of_eight(sd), rb8 = sums_of_eight(sb), rm = sums_of_eight(sm);
     if (rb + 8 <= r1) {
-      auto store8 = [](double* out, __m256 v) {
+      auto store8_double = [](double* out, __m256 v) {
         _mm256_storeu_pd(out, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
         _mm256_storeu_pd(out + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
       };
-      store8(p.ds + rb, rd);
-      store8(p.db + rb, rb8);
-      store8(sm_rows + (rb - r0), rm);
+      store8_double(p.ds + rb, rd);
+      store8_double(p.db + rb, rb8);
+      store8_double(sm_rows + (rb - r0), rm);
     } else {
       __at_align__ float d8[8], b8[8], m8[8];
       _mm256_store_ps(d8, rd);
@@ -721,18 +765,25 @@ inline void backward_short_rows_avx2(const BackwardArgs<float>& p, int64_t s0, i
     }
     const float cx = static_cast<float>(k.coef_x), c1 = static_cast<float>(k.coef_1);
     const __m256 vm = _mm256_set1_ps(m), vcx = _mm256_set1_ps(cx), vc1 = _mm256_set1_ps(c1);
-    const float* xs = p.x + s * D;
-    const float* dys = p.dy + s * D;
-    float* const dxs = p.dx + s * D;
+    const T* xs = p.x + s * D;
+    const T* dys = p.dy + s * D;
+    T* const dxs = p.dx + s * D;
     int64_t i = 0;
     for (; i + 8 <= D; i += 8) {
-      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xs + i), vm);
-      const __m256 out =
-          _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), _mm256_loadu_ps(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
-      if (stream && (reinterpret_cast<uintptr_t>(dxs + i) & (kStreamAlign - 1)) == 0) stream_vector(dxs + i, out);
-      else _mm256_storeu_ps(dxs + i, out);
+      const __m256 d = _mm256_sub_ps(load8(xs + i), vm);
+      const __m256 out = _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), load8(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
+      if constexpr (std::is_same_v<T, float>) {
+        if (stream && (reinterpret_cast<uintptr_t>(dxs + i) & (kStreamAlign - 1)) == 0) {
+          stream_vector(dxs + i, out);
+          continue;
+        }
+      }
+      store8(dxs + i, out);
     }
-    for (; i < D; ++i) dxs[i] = std::fma(a_row[i], dys[i], std::fma(cx, xs[i] - m, c1));
+    for (; i < D; ++i) {
+      dxs[i] = static_cast<T>(std::fma(a_row[i], static_cast<float>(dys[i]),
+                                       std::fma(cx, static_cast<float>(xs[i]) - m, c1)));
+    }
   }
 }
 #endif
@@ -1033,8 +1084,9 @@ void backward_nchw(const BackwardArgs<T>& p) {
   }
 #endif
 #if defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__)
-  if constexpr (std::is_same_v<T, float> && !kAct) {
-    if (HW >= kMinRowAvx2 && HW <= kMaxRowAvx2 && parts == 1) {  // backward_short_rows_avx2
+  if constexpr (std::is_same_v<compute_t<T>, float> && !kAct) {
+    const int64_t max_row = std::is_same_v<T, float> ? kMaxRowAvx2 : kMaxRowAvx2Half;
+    if (HW >= kMinRowAvx2 && HW <= max_row && parts == 1) {  // backward_short_rows_avx2
       // chunks of slices of at most 2048 elements (x and dy: 16 KB), as the AVX-512 kernel
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
