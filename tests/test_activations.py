@@ -51,6 +51,9 @@ SHAPES = [
     ((2, 6, 7, 3), 6, torch.contiguous_format),
     ((2, 16, 48, 48), 4, torch.contiguous_format),  # CUDA: slices of 9216, a cluster per slice (resident plan)
     ((3, 12, 2, 3), 4, torch.contiguous_format),  # channels of 6, shorter than a CPU vector in every dtype
+    # CPU: channels of 1073 (a partial last vector), slices of 3219 normalised 1024 elements at a time into a
+    # buffer, then activated: chunk edges inside channels
+    ((2, 6, 37, 29), 2, torch.contiguous_format),
 ]
 
 

@@ -110,11 +110,18 @@ void channel_grad_input_vectors(const T* x, const T* dy, T* dx, int64_t len, com
       if (stream) out.store_stream(dx + i);
       else out.store(dx + i);
     }
-    if (i < len) {
-      const int64_t cnt = len - i;
-      const P d = P::load(x + i, cnt) - vm;
-      fmadd(va, grad(i, d, cnt), fmadd(vcx, d, vc1)).store(dx + i, cnt);
+    if (i == len) return;
+    if (len >= W) {
+      // The last pack ends at len, over elements of the one before, which it writes again with the same values
+      // (as normalize_run: no counted load and store, out of line for 16-bit data).
+      i = len - W;
+      const P d = P::load(x + i) - vm;
+      fmadd(va, grad(i, d, W), fmadd(vcx, d, vc1)).store(dx + i);
+      return;
     }
+    const int64_t cnt = len - i;
+    const P d = P::load(x + i, cnt) - vm;
+    fmadd(va, grad(i, d, cnt), fmadd(vcx, d, vc1)).store(dx + i, cnt);
   };
   if (dz_in != nullptr) {  // (dz_in has a pack of room past len)
     run([&](int64_t i, const P&, int64_t) { return P{V::loadu(dz_in + i), V::loadu(dz_in + i + P::kVec)}; });

@@ -146,7 +146,34 @@ inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> m, compute
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(b);
   int64_t i = 0;
   for (; i + P::kWidth <= len; i += P::kWidth) activate(ep, fmadd(P::load(x + i) - vm, va, vb)).store(y + i);
-  if (i < len) activate(ep, fmadd(P::load(x + i, len - i) - vm, va, vb)).store(y + i, len - i);
+  if (i == len) return;
+  if (len >= P::kWidth) {
+    // The last pack ends at len and overlaps the one before, whose elements it writes again with the same values
+    // (y never aliases x). at::vec's counted load and store copy through a buffer, out of line for 16-bit data:
+    // channels of 34 elements (two packs and a tail of 2), (16,640,34) G32 bfloat16 forward 1.16x PyTorch's time
+    // and with SiLU 1.28x (2 threads, AVX2).
+    i = len - P::kWidth;
+    activate(ep, fmadd(P::load(x + i) - vm, va, vb)).store(y + i);
+    return;
+  }
+  activate(ep, fmadd(P::load(x + i, len - i) - vm, va, vb)).store(y + i, len - i);
+}
+
+// z[i] = (x[i] - m) * a + b for len elements, in the compute type (an activation's input: normalize_slice_range),
+// the last pack overlapping the one before as in normalize_run.
+template <typename T>
+inline void normalize_run_into(const T* x, compute_t<T>* z, int64_t len, compute_t<T> m, compute_t<T> a,
+                               compute_t<T> b) {
+  using P = Pack<T>;
+  using C = compute_t<T>;
+  if (len < P::kWidth) {
+    for (int64_t i = 0; i < len; ++i) z[i] = (static_cast<C>(x[i]) - m) * a + b;
+    return;
+  }
+  const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(b);
+  int64_t i = 0;
+  for (; i + P::kWidth <= len; i += P::kWidth) fmadd(P::load(x + i) - vm, va, vb).lanes(z + i);
+  if (i < len) fmadd(P::load(x + len - P::kWidth) - vm, va, vb).lanes(z + len - P::kWidth);
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
@@ -371,6 +398,34 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
           sh = b ? b[cl] : C(0);
         }
         ys[i] = static_cast<T>((static_cast<C>(xs[i]) - m) * a + sh);
+      }
+      return;
+    }
+  }
+  if constexpr (!Ep::kIsIdentity) {
+    if (HW % P::kWidth != 0) {
+      // With an activation, channels that end in a partial pack: z of up to kChunk elements, channel by channel,
+      // into a buffer (normalize_run's overlapping last pack, cheap without the activation), then the activation
+      // over the buffer a whole pack at a time. Channel by channel, each channel's partial pack paid the
+      // activation on all kWidth lanes: (16,640,34) G32 float32 + SiLU (three packs of SiLU for 34 elements) took
+      // 1.14x PyTorch's GroupNorm then SiLU (2 threads, AVX2).
+      using V = typename P::V;
+      constexpr int64_t kChunk = 1024;
+      __at_align__ C z[kChunk + P::kWidth];
+      for (int64_t start = lo; start < hi; start += kChunk) {
+        const int64_t len = std::min(kChunk, hi - start);
+        for (int64_t cl = start / HW; cl * HW < start + len; ++cl) {
+          const int64_t begin = std::max(start, cl * HW), end = std::min(start + len, (cl + 1) * HW);
+          const double a = w ? rstd * static_cast<double>(w[cl]) : rstd;
+          normalize_run_into(xs + begin, z + (begin - start), end - begin, static_cast<C>(mean),
+                             static_cast<C>(a), b ? b[cl] : C(0));
+        }
+        for (int64_t i = len; i < len + P::kWidth; i += P::kVec) V(C(0)).store(z + i);  // (lanes past the range)
+        int64_t i = 0;
+        for (; i + P::kWidth <= len; i += P::kWidth) {
+          activate(ep, P{V::loadu(z + i), V::loadu(z + i + P::kVec)}).store(ys + start + i);
+        }
+        if (i < len) activate(ep, P{V::loadu(z + i), V::loadu(z + i + P::kVec)}).store(ys + start + i, len - i);
       }
       return;
     }

@@ -38,6 +38,7 @@ CPU_VEC_HEADER = ACTIVATION_HEADER + r"""
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <tuple>
 #include <type_traits>
@@ -229,12 +230,56 @@ GN_CPU_INLINE double sum_lanes(const Pack<T>& p) {
 // of that release, seen once the derivative was inlined into the backward's loops): silenced for these functions.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+// exp on one vector. float lanes on AVX2 and AVX-512 builds: Cephes' expf, inlined: x = n ln2 + r with n = x / ln2
+// rounded (ln2 in two parts, so r is exact to the float's precision), exp(r) = 1 + r + r^2 P(r) with P of degree 5,
+// times 2^n as two powers of two put together in the exponent field (2^128, at the top of the range, and the
+// subnormal results below -87.3 are not one normal float). x clamped to [-104, 88.7228]: +inf past the top (where
+// expf overflows), NaN stays NaN (the clamps pass it). Against float64 exp at steps of 1e-4 over [-104, 88.72]:
+// at most 1.23 ulp. About fifteen vector operations; ATen's exp() is an out-of-line call of SLEEF's 1-ulp expf,
+// which drew 38% of the samples of GroupNorm + SiLU at (16,640,34) G32 float32, 1.3x PyTorch's GroupNorm then SiLU
+// (2 threads, AVX2). Other lanes and builds: ATen's.
+template <typename V>
+GN_CPU_INLINE V exp_vector(const V& x) {
+  using C = typename V::value_type;
+#if (defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)) || \
+    (defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__))
+  if constexpr (std::is_same_v<C, float>) {
+    constexpr float kTop = 88.72283935546875f;  // the largest float whose exp is finite, rounded up
+    const V xc = at::vec::minimum(at::vec::maximum(x, V(-104.0f)), V(kTop));
+    const V n = (xc * V(1.44269504088896341f)).round();
+    V r = at::vec::fmadd(n, V(-0.693359375f), xc);
+    r = at::vec::fmadd(n, V(2.12194440e-4f), r);
+    V p(1.9875691500e-4f);
+    p = at::vec::fmadd(p, r, V(1.3981999507e-3f));
+    p = at::vec::fmadd(p, r, V(8.3334519073e-3f));
+    p = at::vec::fmadd(p, r, V(4.1665795894e-2f));
+    p = at::vec::fmadd(p, r, V(1.6666665459e-1f));
+    p = at::vec::fmadd(p, r, V(5.0000001201e-1f));
+    p = at::vec::fmadd(p, r * r, r + V(1.0f));
+    // 2^n = 2^n1 2^n2, n1 = floor(n / 2), n2 = n - n1: both within [-75, 64] for n in [-150, 128]
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
+    const __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const V s1(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23)));
+    const V s2(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23)));
+#else
+    const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const V s1(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
+    const V s2(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
+#endif
+    return V::blendv(p * s1 * s2, V(std::numeric_limits<float>::infinity()), x > V(kTop));
+  }
+#endif
+  return x.exp();
+}
+
 // 1 / (1 + exp(-z)) on one vector (SiLU, Mish's derivative, sigmoid).
 template <typename V>
 GN_CPU_INLINE V sigmoid_vector(const V& z) {
   using C = typename V::value_type;
   const V one(C(1));
-  return one / (one + (V(C(0)) - z).exp());
+  return one / (one + exp_vector(V(C(0)) - z));
 }
 
 // tanh on one vector. float lanes: z P(z^2) / Q(z^2) with z clamped to |z| <= 7.905 (tanh is within 2.7e-7 of 1
@@ -288,7 +333,7 @@ GN_CPU_INLINE V activate_vector(const gn_act::Params& p, const V& z) {
   } else if constexpr (KIND == gn_act::kLeakyRelu) {
     return V::blendv(z * V(static_cast<C>(p.alpha)), z, z > zero);
   } else if constexpr (KIND == gn_act::kMish) {
-    return z * tanh_vector(z.exp().log1p());
+    return z * tanh_vector(exp_vector(z).log1p());
   } else if constexpr (KIND == gn_act::kHardswish) {
     const V r = z + V(C(3)), six(C(6));
     return z * V::blendv(V::blendv(r, six, r > six), zero, r < zero) / six;
@@ -341,7 +386,7 @@ GN_CPU_INLINE V derivative_vector(const gn_act::Params& p, const V& z) {
     return sig * (one + z * (one - sig));
   } else if constexpr (KIND == gn_act::kGelu) {
     const V cdf = half * (one + (z * V(C(0.70710678118654752440))).erf());
-    const V pdf = (V(C(-0.5)) * z * z).exp() * V(C(0.39894228040143267794));
+    const V pdf = exp_vector(V(C(-0.5)) * z * z) * V(C(0.39894228040143267794));
     return cdf + z * pdf;
   } else if constexpr (KIND == gn_act::kGeluTanh) {
     const V k(C(0.79788456080286535588)), c(C(0.044715));
@@ -352,7 +397,7 @@ GN_CPU_INLINE V derivative_vector(const gn_act::Params& p, const V& z) {
   } else if constexpr (KIND == gn_act::kLeakyRelu) {
     return V::blendv(V(static_cast<C>(p.alpha)), one, z > zero);
   } else if constexpr (KIND == gn_act::kMish) {
-    const V tsp = tanh_vector(z.exp().log1p());
+    const V tsp = tanh_vector(exp_vector(z).log1p());
     const V sig = sigmoid_vector(z);
     return tsp + z * sig * (one - tsp * tsp);
   } else if constexpr (KIND == gn_act::kHardswish) {
