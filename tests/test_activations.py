@@ -187,13 +187,15 @@ def test_backward_channels_of_a_few_vectors(name, params, module, dtype, num_thr
     """CPU: NCHW channels of 2-320 elements, which the AVX-512 backward takes 16 channels at a time, dz = dy *
     act'(z) formed per lane with the row's channel's scale and bias and kept for grad_input: 2 elements (16
     channels a vector), 16 (one vector each), 17 (two), 48 (one channel a group), 50 (10 channels a group, a partial
-    last vector) and 320 (the longest), on 1 and 3 threads."""
+    last vector) and 320 (the longest), on 1 and 3 threads. AVX2 builds take channels of 16 to 64 elements (16-bit
+    data: to 256) 8 at a time, dz of a chunk of slices computed first (slices of 34 and 250 elements end in a
+    partial vector): 255 is the longest 16-bit one."""
     tol = {torch.float32: 1e-4, torch.bfloat16: 6e-2, torch.float16: 1e-2}[dtype]
     before = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
         for shape, groups in (((21, 8, 2), 4), ((9, 48, 4, 4), 16), ((7, 10, 17), 5), ((17, 32, 48), 32),
-                              ((2, 40, 2, 5, 5), 4), ((3, 8, 320), 4)):
+                              ((2, 40, 2, 5, 5), 4), ((3, 8, 320), 4), ((3, 16, 255), 4)):
             x = _input(shape, dtype, torch.contiguous_format, "cpu", requires_grad=True)
             w, b = _params(shape[1], dtype, "cpu", requires_grad=True)
             grad = torch.randn(shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
