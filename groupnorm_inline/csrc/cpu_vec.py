@@ -274,6 +274,28 @@ GN_CPU_INLINE V exp_vector(const V& x) {
   return x.exp();
 }
 
+// erf(x) on one vector, given e = exp(-x^2) (GELU's derivative needs e itself too). float lanes: the formula of
+// ATen's float erf (Abramowitz and Stegun 7.1.26: 1 - t P(t) e with t = 1 / (1 + 0.3275911 |x|), the sign of x;
+// absolute error under 1.5e-7) with e from exp_vector, inlined (ATen's calls SLEEF's expf out of line, and GELU's
+// derivative called it twice: the backward with GELU took 1.27-1.33x PyTorch's GELU backward then GroupNorm
+// backward at (8,64,32,32) and (16,640,32) G32 float32, 2 threads, AVX2). Other lanes: ATen's erf.
+template <typename V>
+GN_CPU_INLINE V erf_given_gauss(const V& x, const V& e) {
+  using C = typename V::value_type;
+  if constexpr (std::is_same_v<C, float>) {
+    const V one(1.0f);
+    const V t = one / at::vec::fmadd(V(0.3275911f), x.abs(), one);
+    V r = at::vec::fmadd(V(1.061405429f), t, V(-1.453152027f));
+    r = at::vec::fmadd(r, t, V(1.421413741f));
+    r = at::vec::fmadd(r, t, V(-0.284496736f));
+    r = at::vec::fmadd(r, t, V(0.254829592f));
+    const V m = one - r * t * e;
+    return V::blendv(m, V(0.0f) - m, x < V(0.0f));
+  } else {
+    return x.erf();
+  }
+}
+
 // 1 / (1 + exp(-z)) on one vector (SiLU, Mish's derivative, sigmoid).
 template <typename V>
 GN_CPU_INLINE V sigmoid_vector(const V& z) {
@@ -324,7 +346,12 @@ GN_CPU_INLINE V activate_vector(const gn_act::Params& p, const V& z) {
   if constexpr (KIND == gn_act::kSilu) {
     return z * sigmoid_vector(z);
   } else if constexpr (KIND == gn_act::kGelu) {
-    return half * z * (one + (z * V(C(0.70710678118654752440))).erf());
+    const V x = z * V(C(0.70710678118654752440));
+    if constexpr (std::is_same_v<C, float>) {
+      return half * z * (one + erf_given_gauss(x, exp_vector(V(C(0)) - x * x)));
+    } else {
+      return half * z * (one + x.erf());
+    }
   } else if constexpr (KIND == gn_act::kGeluTanh) {
     const V inner = V(C(0.79788456080286535588)) * (z + V(C(0.044715)) * z * z * z);
     return half * z * (one + tanh_vector(inner));
@@ -385,8 +412,9 @@ GN_CPU_INLINE V derivative_vector(const gn_act::Params& p, const V& z) {
     const V sig = sigmoid_vector(z);
     return sig * (one + z * (one - sig));
   } else if constexpr (KIND == gn_act::kGelu) {
-    const V cdf = half * (one + (z * V(C(0.70710678118654752440))).erf());
-    const V pdf = exp_vector(V(C(-0.5)) * z * z) * V(C(0.39894228040143267794));
+    const V x = z * V(C(0.70710678118654752440)), e = exp_vector(V(C(0)) - x * x);  // e = exp(-z^2 / 2)
+    const V cdf = half * (one + erf_given_gauss(x, e));
+    const V pdf = e * V(C(0.39894228040143267794));
     return cdf + z * pdf;
   } else if constexpr (KIND == gn_act::kGeluTanh) {
     const V k(C(0.79788456080286535588)), c(C(0.044715));
