@@ -240,10 +240,9 @@ GN_CPU_INLINE double sum_lanes(const Pack<T>& p) {
 // (2 threads, AVX2). Other lanes and builds: ATen's.
 template <typename V>
 GN_CPU_INLINE V exp_vector(const V& x) {
-  using C = typename V::value_type;
 #if (defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)) || \
     (defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__))
-  if constexpr (std::is_same_v<C, float>) {
+  if constexpr (std::is_same_v<typename V::value_type, float>) {
     constexpr float kTop = 88.72283935546875f;  // the largest float whose exp is finite, rounded up
     const V xc = at::vec::minimum(at::vec::maximum(x, V(-104.0f)), V(kTop));
     const V n = (xc * V(1.44269504088896341f)).round();
