@@ -13,6 +13,9 @@ machine: a burst of load slows both. Random problems (random_rows.py) call each 
 many threads a call can find the thread pool asleep; rows it flags are re-timed here.
 
     python benchmarks/cpu_rows_ab.py --threads 2 64,40,2,4:1:fp32:cl 32,128,3,2:32:fp32:clbwd
+
+The script imports the package of the checkout it sits in (its folder goes first on sys.path, before PYTHONPATH):
+to time another version, run that version's copy of the script (copy it into the other checkout if it has none).
 """
 
 from __future__ import annotations
