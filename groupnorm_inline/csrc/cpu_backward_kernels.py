@@ -768,10 +768,11 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
         i += 8;
       }
       if (i < HW) {  // masked lanes load as 0: d there is -m, so it is masked again
-        const bool past_ok = rb + j + 1 < rows;  // (i + 8 <= 2 HW: the next row holds the lanes past this one)
+        // (i + 8 <= 2 HW: the next row holds the lanes past this one; dz in float is read masked either way)
+        const bool past_ok = rb + j + 1 < rows;
         const __m256 e1 = _mm256_and_ps(_mm256_sub_ps(load8_first(xc + i, tail, HW - i, past_ok), vm),
                                         _mm256_castsi256_ps(tail));
-        const __m256 g1 = load8_first(gc + i, tail, HW - i, past_ok && K == gn_act::kNone);
+        const __m256 g1 = load8_first(gc + i, tail, HW - i, past_ok);
         d1 = _mm256_fmadd_ps(g1, e1, d1);
         b1 = _mm256_add_ps(b1, g1);
         m1 = _mm256_add_ps(m1, e1);

@@ -131,21 +131,30 @@ constexpr int64_t kColumnTileRows = 2 * kTileRows;
 // y[i] = act((x[i] - m) * a + b) for len elements. A run shorter than one pack ((N, C) inputs, 2x2 maps: one
 // run per channel) is written element by element when there is no activation: a masked load and store copy
 // through a buffer, which cost more than a few scalar steps ((8, 64) G4 float32, one thread: 3.3 us per call
-// in the kernel, against PyTorch's 2.5).
-template <typename T, typename Ep>
-inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> m, compute_t<T> a, compute_t<T> b,
+// in the kernel, against PyTorch's 2.5). Out: T, or (no activation) the compute type, where normalize_slice_range
+// keeps z for an activation applied over whole packs afterwards.
+template <typename T, typename Ep, typename Out = T>
+inline void normalize_run(const T* x, Out* y, int64_t len, compute_t<T> m, compute_t<T> a, compute_t<T> b,
                           const Ep& ep) {
   using P = Pack<T>;
   using C = compute_t<T>;
+  static_assert(std::is_same_v<Out, T> || (std::is_same_v<Out, C> && Ep::kIsIdentity), "z is kept unactivated");
+  auto put = [&](const P& v, Out* at) {
+    if constexpr (std::is_same_v<Out, T>) {
+      v.store(at);
+    } else {
+      v.lanes(at);
+    }
+  };
   if constexpr (Ep::kIsIdentity) {
     if (len < P::kWidth) {
-      for (int64_t i = 0; i < len; ++i) y[i] = static_cast<T>((static_cast<C>(x[i]) - m) * a + b);
+      for (int64_t i = 0; i < len; ++i) y[i] = static_cast<Out>((static_cast<C>(x[i]) - m) * a + b);
       return;
     }
   }
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(b);
   int64_t i = 0;
-  for (; i + P::kWidth <= len; i += P::kWidth) activate(ep, fmadd(P::load(x + i) - vm, va, vb)).store(y + i);
+  for (; i + P::kWidth <= len; i += P::kWidth) put(activate(ep, fmadd(P::load(x + i) - vm, va, vb)), y + i);
   if (i == len) return;
   if (len >= P::kWidth) {
     // The last pack ends at len and overlaps the one before, whose elements it writes again with the same values
@@ -153,27 +162,12 @@ inline void normalize_run(const T* x, T* y, int64_t len, compute_t<T> m, compute
     // channels of 34 elements (two packs and a tail of 2), (16,640,34) G32 bfloat16 forward 1.16x PyTorch's time
     // and with SiLU 1.28x (2 threads, AVX2).
     i = len - P::kWidth;
-    activate(ep, fmadd(P::load(x + i) - vm, va, vb)).store(y + i);
+    put(activate(ep, fmadd(P::load(x + i) - vm, va, vb)), y + i);
     return;
   }
-  activate(ep, fmadd(P::load(x + i, len - i) - vm, va, vb)).store(y + i, len - i);
-}
-
-// z[i] = (x[i] - m) * a + b for len elements, in the compute type (an activation's input: normalize_slice_range),
-// the last pack overlapping the one before as in normalize_run.
-template <typename T>
-inline void normalize_run_into(const T* x, compute_t<T>* z, int64_t len, compute_t<T> m, compute_t<T> a,
-                               compute_t<T> b) {
-  using P = Pack<T>;
-  using C = compute_t<T>;
-  if (len < P::kWidth) {
-    for (int64_t i = 0; i < len; ++i) z[i] = (static_cast<C>(x[i]) - m) * a + b;
-    return;
+  if constexpr (std::is_same_v<Out, T>) {  // (an activation's run shorter than a pack)
+    activate(ep, fmadd(P::load(x + i, len - i) - vm, va, vb)).store(y + i, len - i);
   }
-  const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(b);
-  int64_t i = 0;
-  for (; i + P::kWidth <= len; i += P::kWidth) fmadd(P::load(x + i) - vm, va, vb).lanes(z + i);
-  if (i < len) fmadd(P::load(x + len - P::kWidth) - vm, va, vb).lanes(z + len - P::kWidth);
 }
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
@@ -405,10 +399,10 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
   if constexpr (!Ep::kIsIdentity) {
     if (HW % P::kWidth != 0) {
       // With an activation, channels that end in a partial pack: z of up to kChunk elements, channel by channel,
-      // into a buffer (normalize_run's overlapping last pack, cheap without the activation), then the activation
-      // over the buffer a whole pack at a time. Channel by channel, each channel's partial pack paid the
-      // activation on all kWidth lanes: (16,640,34) G32 float32 + SiLU (three packs of SiLU for 34 elements) took
-      // 1.14x PyTorch's GroupNorm then SiLU (2 threads, AVX2).
+      // into a buffer (normalize_run with Out = C: its overlapping last pack is cheap without the activation),
+      // then the activation over the buffer a whole pack at a time. Channel by channel, each channel's partial
+      // pack paid the activation on all kWidth lanes: (16,640,34) G32 float32 + SiLU (three packs of SiLU for 34
+      // elements) took 1.14x PyTorch's GroupNorm then SiLU (2 threads, AVX2).
       using V = typename P::V;
       constexpr int64_t kChunk = 1024;
       __at_align__ C z[kChunk + P::kWidth];
@@ -417,8 +411,8 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
         for (int64_t cl = start / HW; cl * HW < start + len; ++cl) {
           const int64_t begin = std::max(start, cl * HW), end = std::min(start + len, (cl + 1) * HW);
           const double a = w ? rstd * static_cast<double>(w[cl]) : rstd;
-          normalize_run_into(xs + begin, z + (begin - start), end - begin, static_cast<C>(mean),
-                             static_cast<C>(a), b ? b[cl] : C(0));
+          normalize_run<T, gn_act::Identity, C>(xs + begin, z + (begin - start), end - begin, static_cast<C>(mean),
+                                                static_cast<C>(a), b ? b[cl] : C(0), gn_act::Identity{});
         }
         for (int64_t i = len; i < len + P::kWidth; i += P::kVec) V(C(0)).store(z + i);  // (lanes past the range)
         int64_t i = 0;
