@@ -297,15 +297,26 @@ inline GroupCoefficients group_coefficients(const ChannelSums* sums, int64_t cpg
 template <typename W>
 inline GroupCoefficients coefficients_of_sums(double dm, int64_t cpg, int64_t D, const W* w, double rstd,
                                               double* ds_out, const double* db_out) {
+  // S = sum w (ds - delta db) = sum w ds - delta B: the two sums in two chains each, independent of delta, then
+  // ds_out in a loop of independent elements (one chain through S waited on each channel's product: ~5 cycles a
+  // channel, 4% of the samples of (16,640,32) G32 float32's backward, AVX2).
   const double inv_d = 1.0 / static_cast<double>(D), delta = dm * inv_d;
-  double S = 0, B = 0;
-  for (int64_t cl = 0; cl < cpg; ++cl) {
-    const double wc = w ? static_cast<double>(w[cl]) : 1.0;
-    const double ds = ds_out[cl] - delta * db_out[cl];
-    ds_out[cl] = ds * rstd;
-    S += wc * ds;
-    B += wc * db_out[cl];
+  double s0 = 0, s1 = 0, b0 = 0, b1 = 0;
+  int64_t cl = 0;
+  for (; cl + 2 <= cpg; cl += 2) {
+    const double w0 = w ? static_cast<double>(w[cl]) : 1.0, w1 = w ? static_cast<double>(w[cl + 1]) : 1.0;
+    s0 += w0 * ds_out[cl];
+    s1 += w1 * ds_out[cl + 1];
+    b0 += w0 * db_out[cl];
+    b1 += w1 * db_out[cl + 1];
   }
+  if (cl < cpg) {
+    const double w0 = w ? static_cast<double>(w[cl]) : 1.0;
+    s0 += w0 * ds_out[cl];
+    b0 += w0 * db_out[cl];
+  }
+  const double B = b0 + b1, S = (s0 + s1) - delta * B;
+  for (cl = 0; cl < cpg; ++cl) ds_out[cl] = (ds_out[cl] - delta * db_out[cl]) * rstd;
   return coefficients_of(S, B, delta, rstd, inv_d);
 }
 
@@ -614,13 +625,14 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // of line: (16,640,34) G32 bfloat16 backward 2.1x PyTorch's time at 2 threads, (16,640,32) 1.24x.
 // Here, per chunk of slices:
 //   sums  each channel's elements in 8-lane float accumulators (d = x - m, dy * d, dy; the last HW % 8 masked),
-//         and 8 channels' three sums (of one slice or several) out of one hadd tree each (sums_of_eight) into
-//         ds / db; blocks of 8 within a slice left groups of 2 channels ((64,64,8,8) G32) 1.06-1.09x PyTorch's,
-//         the tree on 6 empty channels;
-//   dx    slice by slice over its D contiguous elements in whole vectors, the per-element rstd * w[c] from a
-//         scratch row filled channel by channel with broadcasts (each channel's last vector spills into the next
-//         channel's elements, which that channel then overwrites), so no store is masked (a masked store is
-//         microcoded on AMD). float32: non-temporal stores where the output is large, as Pack::store_stream.
+//         two channels at a time, and 8 channels' three sums (of one slice or several) out of one hadd tree each
+//         (sums_of_eight) into ds / db; blocks of 8 within a slice left groups of 2 channels ((64,64,8,8) G32)
+//         1.06-1.09x PyTorch's, the tree on 6 empty channels;
+//   dx    slice by slice over its D contiguous elements in whole vectors: where HW is a whole number of vectors,
+//         channel by channel with rstd * w[c] broadcast; else the per-element rstd * w[c] from a scratch row
+//         filled channel by channel with broadcasts (each channel's last vector spills into the next channel's
+//         elements, which that channel then overwrites), so no store is masked (a masked store is microcoded on
+//         AMD). float32: non-temporal stores where the output is large, as Pack::store_stream.
 // Shorter channels keep backward_short_slice (scalar chains and one vector: the 8-channel tree and masked loads
 // gained nothing below 8 elements, 1 thread, 2-core AMD EPYC); longer ones the per-channel path, where the three
 // reductions are a small share of a channel and its two 16-lane chains per sum stream faster (float32 HW 128-320
@@ -629,6 +641,13 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally where aligned (stream_fence after).
 constexpr int64_t kMinRowAvx2 = 9, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
+// Asks for the line kAheadBytes past p (the first pass over a chunk reads x and dy ahead of use: ~250 cycles of
+// memory latency at ~4 cycles a line of work; a hint, never faults).
+constexpr int64_t kAheadBytes = 4096;
+template <typename T>
+GN_CPU_INLINE void prefetch_ahead(const T* p) {
+  __builtin_prefetch(reinterpret_cast<const char*>(p) + kAheadBytes, 0, 3);
+}
 
 // Lane j of the result: the sum of the 8 lanes of v[j].
 GN_CPU_INLINE __m256 sums_of_eight(const __m256* v) {
@@ -701,6 +720,27 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t c0 = (s % G) * cpg;
       const float rstd = p.rstd[s];
+      const __m256 vm = _mm256_set1_ps(p.mean[s]);
+      const T* xs = p.x + s * D;
+      const T* dys = p.dy + s * D;
+      float* const dzs = dz_rows + (s - s0) * D;
+      // dz of the 8 elements x, dy whose rstd * w[c] and bias[c] are va, vb
+      auto dz_of = [&](__m256 x, __m256 dy, __m256 va, __m256 vb) {
+        const V z(_mm256_fmadd_ps(_mm256_sub_ps(x, vm), va, vb));
+        return _mm256_mul_ps(dy, derivative_vector<K>(p.act, z));
+      };
+      if (HW % 8 == 0) {  // whole vectors per channel: the channel's constants broadcast once, no scratch rows
+        for (int64_t cl = 0; cl < cpg; ++cl) {
+          const __m256 va = _mm256_set1_ps(rstd * (p.w ? p.w[c0 + cl] : 1.0f));
+          const __m256 vb = _mm256_set1_ps(p.bias ? p.bias[c0 + cl] : 0.0f);
+          for (int64_t i = cl * HW; i < (cl + 1) * HW; i += 8) {
+            prefetch_ahead(xs + i);
+            prefetch_ahead(dys + i);
+            _mm256_storeu_ps(dzs + i, dz_of(load8(xs + i), load8(dys + i), va, vb));
+          }
+        }
+        continue;
+      }
       for (int64_t cl = 0; cl < cpg; ++cl) {
         const __m256 va = _mm256_set1_ps(rstd * (p.w ? p.w[c0 + cl] : 1.0f));
         const __m256 vb = _mm256_set1_ps(p.bias ? p.bias[c0 + cl] : 0.0f);
@@ -709,23 +749,21 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
           _mm256_storeu_ps(b_row + i, vb);
         }
       }
-      const __m256 vm = _mm256_set1_ps(p.mean[s]);
-      const T* xs = p.x + s * D;
-      const T* dys = p.dy + s * D;
-      float* const dzs = dz_rows + (s - s0) * D;
-      auto dz_of = [&](__m256 x, __m256 dy, int64_t i) {
-        const V z(_mm256_fmadd_ps(_mm256_sub_ps(x, vm), _mm256_loadu_ps(a_row + i), _mm256_loadu_ps(b_row + i)));
-        return _mm256_mul_ps(dy, derivative_vector<K>(p.act, z));
-      };
       int64_t i = 0;
-      for (; i + 8 <= D; i += 8) _mm256_storeu_ps(dzs + i, dz_of(load8(xs + i), load8(dys + i), i));
+      for (; i + 8 <= D; i += 8) {
+        prefetch_ahead(xs + i);
+        prefetch_ahead(dys + i);
+        _mm256_storeu_ps(dzs + i, dz_of(load8(xs + i), load8(dys + i), _mm256_loadu_ps(a_row + i),
+                                        _mm256_loadu_ps(b_row + i)));
+      }
       if (i < D) {  // the slice's last D % 8 elements, through buffers (a_row and b_row hold 8 past D)
         __at_align__ float xb[8] = {}, gb[8] = {}, zb[8];
         for (int64_t j = i; j < D; ++j) {
           xb[j - i] = static_cast<float>(xs[j]);
           gb[j - i] = static_cast<float>(dys[j]);
         }
-        _mm256_store_ps(zb, dz_of(_mm256_load_ps(xb), _mm256_load_ps(gb), i));
+        _mm256_store_ps(zb, dz_of(_mm256_load_ps(xb), _mm256_load_ps(gb), _mm256_loadu_ps(a_row + i),
+                                  _mm256_loadu_ps(b_row + i)));
         for (int64_t j = i; j < D; ++j) dzs[j] = zb[j - i];
       }
     }
@@ -734,52 +772,71 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
   const int64_t whole = HW / 8 * 8;
   const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(HW - whole)),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 one = _mm256_set1_ps(1.0f);
   for (int64_t rb = r0; rb < r1; rb += 8) {
     __m256 sd[8], sb[8], sm[8];
-    int64_t s = rb / cpg, cl = rb - s * cpg;
-    for (int j = 0; j < 8; ++j) {
-      sd[j] = sb[j] = sm[j] = zero;
-      if (rb + j >= r1) continue;
-      const __m256 vm = _mm256_set1_ps(p.mean[s]);
-      if (++cl == cpg) {
-        cl = 0;
-        ++s;
+    // Rows two at a time, one chain per sum each (the two rows' chains are independent: a channel of 64 is 8
+    // dependent additions of ~3-5 cycles otherwise). Rows of different slices have different means. A block's
+    // row past r1 repeats its partner's reads and is zeroed after. (Two chains of one row a time held 6
+    // accumulators and 4 operands at once: gcc spilled two accumulators to the stack, and each iteration waited
+    // on a store-to-load forward: (16,640,32) G32 float32 backward 1.2-1.3x PyTorch's time, 1-2 threads.)
+    // sum (x - m) on the multiply-add units (e * 1 + acc: exact as an addition): AMD Zen 1-2 add on two pipes and
+    // multiply-add on two others, and the subtraction and two sums otherwise all went to the adders.
+    int64_t sa = rb / cpg, cla = rb - sa * cpg;  // row ra's slice and channel in it (no division per row)
+    for (int j = 0; j < 8; j += 2) {
+      const int64_t ra = rb + j, rc = std::min(rb + j + 1, r1 - 1);
+      if (ra >= r1) {
+        sd[j] = sb[j] = sm[j] = sd[j + 1] = sb[j + 1] = sm[j + 1] = zero;
+        continue;
       }
-      const T* xc = p.x + (rb + j) * HW;
-      const G_t* gc = grad + (rb + j - r0) * HW;
-      // Two chains per sum (a channel of 64 is 8 dependent additions of ~3-4 cycles each otherwise).
-      __m256 d0 = zero, b0 = zero, m0 = zero, d1 = zero, b1 = zero, m1 = zero;
+      const __m256 vma = _mm256_set1_ps(p.mean[sa]);
+      const __m256 vmc = _mm256_set1_ps(p.mean[rc == ra || cla + 1 < cpg ? sa : sa + 1]);
+      for (cla += 2; cla >= cpg; cla -= cpg) ++sa;
+      const T* xa = p.x + ra * HW;
+      const T* xc = p.x + rc * HW;
+      const G_t* ga = grad + (ra - r0) * HW;
+      const G_t* gc = grad + (rc - r0) * HW;
+      __m256 da = zero, ba = zero, ma = zero, dc = zero, bc = zero, mc = zero;
       int64_t i = 0;
-      for (; i + 16 <= whole; i += 16) {
-        const __m256 e0 = _mm256_sub_ps(load8(xc + i), vm), g0 = load8(gc + i);
-        const __m256 e1 = _mm256_sub_ps(load8(xc + i + 8), vm), g1 = load8(gc + i + 8);
-        d0 = _mm256_fmadd_ps(g0, e0, d0);
-        b0 = _mm256_add_ps(b0, g0);
-        m0 = _mm256_add_ps(m0, e0);
-        d1 = _mm256_fmadd_ps(g1, e1, d1);
-        b1 = _mm256_add_ps(b1, g1);
-        m1 = _mm256_add_ps(m1, e1);
-      }
-      if (i < whole) {
-        const __m256 e0 = _mm256_sub_ps(load8(xc + i), vm), g0 = load8(gc + i);
-        d0 = _mm256_fmadd_ps(g0, e0, d0);
-        b0 = _mm256_add_ps(b0, g0);
-        m0 = _mm256_add_ps(m0, e0);
-        i += 8;
+      for (; i < whole; i += 8) {
+        // The rows' bytes kAheadBytes on (the pair's span, a line an iteration for float32): the two passes over
+        // a chunk interleave reads from memory with reads from L1, and the hardware's streams alone left each
+        // iteration waiting on its loads (perf: a quarter of the kernel's samples at one load, (16,640,64) G32).
+        // (With an activation the dz pass read them: prefetched there.)
+        if constexpr (K == gn_act::kNone) {
+          prefetch_ahead(xa + 2 * i);
+          prefetch_ahead(ga + 2 * i);
+        }
+        const __m256 ea = _mm256_sub_ps(load8(xa + i), vma), gva = load8(ga + i);
+        const __m256 ec = _mm256_sub_ps(load8(xc + i), vmc), gvc = load8(gc + i);
+        da = _mm256_fmadd_ps(gva, ea, da);
+        ba = _mm256_add_ps(ba, gva);
+        ma = _mm256_fmadd_ps(ea, one, ma);
+        dc = _mm256_fmadd_ps(gvc, ec, dc);
+        bc = _mm256_add_ps(bc, gvc);
+        mc = _mm256_fmadd_ps(ec, one, mc);
       }
       if (i < HW) {  // masked lanes load as 0: d there is -m, so it is masked again
         // (i + 8 <= 2 HW: the next row holds the lanes past this one; dz in float is read masked either way)
-        const bool past_ok = rb + j + 1 < rows;
-        const __m256 e1 = _mm256_and_ps(_mm256_sub_ps(load8_first(xc + i, tail, HW - i, past_ok), vm),
-                                        _mm256_castsi256_ps(tail));
-        const __m256 g1 = load8_first(gc + i, tail, HW - i, past_ok);
-        d1 = _mm256_fmadd_ps(g1, e1, d1);
-        b1 = _mm256_add_ps(b1, g1);
-        m1 = _mm256_add_ps(m1, e1);
+        const __m256 keep = _mm256_castsi256_ps(tail);
+        const __m256 ea = _mm256_and_ps(_mm256_sub_ps(load8_first(xa + i, tail, HW - i, ra + 1 < rows), vma), keep);
+        const __m256 gva = load8_first(ga + i, tail, HW - i, ra + 1 < rows);
+        const __m256 ec = _mm256_and_ps(_mm256_sub_ps(load8_first(xc + i, tail, HW - i, rc + 1 < rows), vmc), keep);
+        const __m256 gvc = load8_first(gc + i, tail, HW - i, rc + 1 < rows);
+        da = _mm256_fmadd_ps(gva, ea, da);
+        ba = _mm256_add_ps(ba, gva);
+        ma = _mm256_add_ps(ma, ea);
+        dc = _mm256_fmadd_ps(gvc, ec, dc);
+        bc = _mm256_add_ps(bc, gvc);
+        mc = _mm256_add_ps(mc, ec);
       }
-      sd[j] = _mm256_add_ps(d0, d1);
-      sb[j] = _mm256_add_ps(b0, b1);
-      sm[j] = _mm256_add_ps(m0, m1);
+      sd[j] = da;
+      sb[j] = ba;
+      sm[j] = ma;
+      const bool second = rb + j + 1 < r1;
+      sd[j + 1] = second ? dc : zero;
+      sb[j + 1] = second ? bc : zero;
+      sm[j + 1] = second ? mc : zero;
     }
     const __m256 rd = sums_of_eight(sd), rb8 = sums_of_eight(sb), rm = sums_of_eight(sm);
     if (rb + 8 <= r1) {
@@ -807,33 +864,47 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
     const float* w = p.w ? p.w + c0 : nullptr;
     const float m = p.mean[s], rstd = p.rstd[s];
     const double* sm_slice = sm_rows + (s - s0) * cpg;
-    double dm = 0;
-    for (int64_t cl = 0; cl < cpg; ++cl) dm += sm_slice[cl];
-    const GroupCoefficients k =
-        coefficients_of_sums(dm, cpg, D, w, static_cast<double>(rstd), p.ds + s * cpg, p.db + s * cpg);
-    if (!p.dx) continue;
-    for (int64_t cl = 0; cl < cpg; ++cl) {
-      const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
-      float* const row = a_row + cl * HW;
-      for (int64_t i = 0; i < HW; i += 8) _mm256_storeu_ps(row + i, va);
+    double dm0 = 0, dm1 = 0;
+    int64_t cl = 0;
+    for (; cl + 2 <= cpg; cl += 2) {
+      dm0 += sm_slice[cl];
+      dm1 += sm_slice[cl + 1];
     }
+    if (cl < cpg) dm0 += sm_slice[cl];
+    const GroupCoefficients k =
+        coefficients_of_sums(dm0 + dm1, cpg, D, w, static_cast<double>(rstd), p.ds + s * cpg, p.db + s * cpg);
+    if (!p.dx) continue;
     const float cx = static_cast<float>(k.coef_x), c1 = static_cast<float>(k.coef_1);
     const __m256 vm = _mm256_set1_ps(m), vcx = _mm256_set1_ps(cx), vc1 = _mm256_set1_ps(c1);
     const T* xs = p.x + s * D;
     const G_t* dys = grad + (s - s0) * D;
     T* const dxs = p.dx + s * D;
-    int64_t i = 0;
-    for (; i + 8 <= D; i += 8) {
+    // dx of the 8 elements from i, whose rstd * w[c] are va
+    auto dx_at = [&](int64_t i, __m256 va) {
       const __m256 d = _mm256_sub_ps(load8(xs + i), vm);
-      const __m256 out = _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), load8(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
+      const __m256 out = _mm256_fmadd_ps(va, load8(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
       if constexpr (std::is_same_v<T, float>) {
         if (stream && (reinterpret_cast<uintptr_t>(dxs + i) & (kStreamAlign - 1)) == 0) {
           stream_vector(dxs + i, out);
-          continue;
+          return;
         }
       }
       store8(dxs + i, out);
+    };
+    if (HW == whole) {  // whole vectors per channel: rstd * w[c] broadcast once per channel, no scratch row
+      for (cl = 0; cl < cpg; ++cl) {
+        const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
+        for (int64_t i = cl * HW; i < (cl + 1) * HW; i += 8) dx_at(i, va);
+      }
+      continue;
     }
+    for (cl = 0; cl < cpg; ++cl) {
+      const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
+      float* const row = a_row + cl * HW;
+      for (int64_t i = 0; i < HW; i += 8) _mm256_storeu_ps(row + i, va);
+    }
+    int64_t i = 0;
+    for (; i + 8 <= D; i += 8) dx_at(i, _mm256_loadu_ps(a_row + i));
     for (; i < D; ++i) {
       dxs[i] = static_cast<T>(std::fma(a_row[i], static_cast<float>(dys[i]),
                                        std::fma(cx, static_cast<float>(xs[i]) - m, c1)));

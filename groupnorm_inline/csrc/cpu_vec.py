@@ -63,8 +63,11 @@ using at::vec::Vectorized;
 // tensors and writes one) only to overwrite it. Smaller outputs keep normal stores, so that a consumer right
 // after the kernel may still find them in cache. The backward's grad_input pass (2-core AVX-512 machine, in-process
 // A/B call by call, whole backward): (2,320,64,64) float64 channels-last 3.34 -> 2.62 ms (PyTorch 2.84), NCHW
-// 1.53 -> 1.15 (1.69); (4,64,128,128) float32 NCHW 1.15 -> 0.76 (1.19), channels-last 2.05 -> 1.72.
-constexpr int64_t kStreamStoreMinBytes = int64_t(4) << 20;
+// 1.53 -> 1.15 (1.69); (4,64,128,128) float32 NCHW 1.15 -> 0.76 (1.19), channels-last 2.05 -> 1.72. From 1 MB
+// (past the 512 KB L2 of an AMD Zen core; the bound was 4 MB): (16,640,32) and (16,640,64) G32 float32 backward
+// (1.3 and 2.6 MB), 2 threads, 2-core AMD EPYC (AVX2): 1.04-1.26x -> 0.96-1.00x and 0.88-1.23x -> 0.81-0.86x
+// PyTorch's time (the kernels alone, called alternately, medians and 10th percentiles of 600 calls, two runs).
+constexpr int64_t kStreamStoreMinBytes = int64_t(1) << 20;
 
 // Orders this thread's non-temporal stores (Pack::store_stream) before its later stores and the pool's join.
 GN_CPU_INLINE void stream_fence() {
