@@ -42,6 +42,9 @@ CPU_VEC_HEADER = ACTIVATION_HEADER + r"""
 #include <numeric>
 #include <tuple>
 #include <type_traits>
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
@@ -58,16 +61,29 @@ namespace gn_cpu {
 
 using at::vec::Vectorized;
 
-// Outputs written with non-temporal stores (Pack::store_stream): those well past a core's L2, which a normal
-// store first reads in from memory (the write-allocate read: a quarter of the traffic of a pass that reads two
-// tensors and writes one) only to overwrite it. Smaller outputs keep normal stores, so that a consumer right
-// after the kernel may still find them in cache. The backward's grad_input pass (2-core AVX-512 machine, in-process
-// A/B call by call, whole backward): (2,320,64,64) float64 channels-last 3.34 -> 2.62 ms (PyTorch 2.84), NCHW
-// 1.53 -> 1.15 (1.69); (4,64,128,128) float32 NCHW 1.15 -> 0.76 (1.19), channels-last 2.05 -> 1.72. From 1 MB
-// (past the 512 KB L2 of an AMD Zen core; the bound was 4 MB): (16,640,32) and (16,640,64) G32 float32 backward
-// (1.3 and 2.6 MB), 2 threads, 2-core AMD EPYC (AVX2): 1.04-1.26x -> 0.96-1.00x and 0.88-1.23x -> 0.81-0.86x
-// PyTorch's time (the kernels alone, called alternately, medians and 10th percentiles of 600 calls, two runs).
-constexpr int64_t kStreamStoreMinBytes = int64_t(1) << 20;
+// Outputs written with non-temporal stores (Pack::store_stream): those whose share per thread is at least a core's
+// L2, which a normal store first reads in from memory (the write-allocate read: a quarter of the traffic of a pass
+// that reads two tensors and writes one) only to overwrite it, and which would not stay in L2 anyway. Smaller
+// shares keep normal stores, so that a consumer right after the kernel may still find them in cache. The
+// backward's grad_input pass (2-core AVX-512 machine, in-process A/B call by call, whole backward, streamed from
+// 4 MB then): (2,320,64,64) float64 channels-last 3.34 -> 2.62 ms (PyTorch 2.84), NCHW 1.53 -> 1.15 (1.69);
+// (4,64,128,128) float32 NCHW 1.15 -> 0.76 (1.19), channels-last 2.05 -> 1.72. A fixed bound fits no machine:
+// 2-core AMD EPYC (AVX2, 512 KB L2 a core), 2 threads, (16,640,32) and (16,640,64) G32 float32 backward (1.3 and
+// 2.6 MB) went 1.04-1.26x -> 0.96-1.00x and 0.88-1.23x -> 0.81-0.86x PyTorch's time streamed (4 MB bound -> 512
+// KB; the kernels alone, called alternately, medians and 10th percentiles of 600 calls, two runs), while on a
+// 16-core Xeon (2 MB L2) at 16 threads a 1 MB bound took (8,64,32,32) float32 and (4,64,32,32) float64 backward
+// (2 MB) from 0.78x and 0.84x to 0.88x and 0.95x PyTorch's (cpu_rows_ab, 2026-12-07): 128 KB a thread fits L2.
+// Where the system does not give L2's size (sysconf), 1 MB.
+inline int64_t l2_bytes_per_core() {
+  static const int64_t bytes = [] {
+#if defined(__unix__) && defined(_SC_LEVEL2_CACHE_SIZE)
+    const long size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (size > 0) return static_cast<int64_t>(size);
+#endif
+    return int64_t(1) << 20;
+  }();
+  return bytes;
+}
 
 // Orders this thread's non-temporal stores (Pack::store_stream) before its later stores and the pool's join.
 GN_CPU_INLINE void stream_fence() {
@@ -176,15 +192,16 @@ struct Pack {
   }
 };
 
-// Whether an output of `elements` T is written with Pack::store_stream: false where store_stream would store
-// normally anyway (16-bit data, a build without the stores), so that callers skip stream_fence too.
+// Whether an output of `elements` T is written with Pack::store_stream (its share per thread at least a core's L2,
+// above): false where store_stream would store normally anyway (16-bit data, a build without the stores), so that callers skip stream_fence too.
 template <typename T>
 GN_CPU_INLINE bool stream_output(int64_t elements) {
   if constexpr (kStreamAlign == 0 || Pack<T>::kConverts) {
     (void)elements;
     return false;
   } else {
-    return elements * static_cast<int64_t>(sizeof(T)) >= kStreamStoreMinBytes;
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+    return elements * static_cast<int64_t>(sizeof(T)) / threads >= l2_bytes_per_core();
   }
 }
 
