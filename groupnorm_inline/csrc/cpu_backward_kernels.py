@@ -797,6 +797,15 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
       const G_t* ga = grad + (ra - r0) * HW;
       const G_t* gc = grad + (rc - r0) * HW;
       __m256 da = zero, ba = zero, ma = zero, dc = zero, bc = zero, mc = zero;
+      // the two rows' centred values e and gradients g added into their sums
+      auto accumulate = [&](__m256 ea, __m256 gva, __m256 ec, __m256 gvc) {
+        da = _mm256_fmadd_ps(gva, ea, da);
+        ba = _mm256_add_ps(ba, gva);
+        ma = _mm256_fmadd_ps(ea, one, ma);
+        dc = _mm256_fmadd_ps(gvc, ec, dc);
+        bc = _mm256_add_ps(bc, gvc);
+        mc = _mm256_fmadd_ps(ec, one, mc);
+      };
       int64_t i = 0;
       for (; i < whole; i += 8) {
         // The rows' bytes kAheadBytes on (the pair's span, a line an iteration for float32): the two passes over
@@ -807,14 +816,7 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
           prefetch_ahead(xa + 2 * i);
           prefetch_ahead(ga + 2 * i);
         }
-        const __m256 ea = _mm256_sub_ps(load8(xa + i), vma), gva = load8(ga + i);
-        const __m256 ec = _mm256_sub_ps(load8(xc + i), vmc), gvc = load8(gc + i);
-        da = _mm256_fmadd_ps(gva, ea, da);
-        ba = _mm256_add_ps(ba, gva);
-        ma = _mm256_fmadd_ps(ea, one, ma);
-        dc = _mm256_fmadd_ps(gvc, ec, dc);
-        bc = _mm256_add_ps(bc, gvc);
-        mc = _mm256_fmadd_ps(ec, one, mc);
+        accumulate(_mm256_sub_ps(load8(xa + i), vma), load8(ga + i), _mm256_sub_ps(load8(xc + i), vmc), load8(gc + i));
       }
       if (i < HW) {  // masked lanes load as 0: d there is -m, so it is masked again
         // (i + 8 <= 2 HW: the next row holds the lanes past this one; dz in float is read masked either way)
@@ -822,13 +824,7 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
         const __m256 ea = _mm256_and_ps(_mm256_sub_ps(load8_first(xa + i, tail, HW - i, ra + 1 < rows), vma), keep);
         const __m256 gva = load8_first(ga + i, tail, HW - i, ra + 1 < rows);
         const __m256 ec = _mm256_and_ps(_mm256_sub_ps(load8_first(xc + i, tail, HW - i, rc + 1 < rows), vmc), keep);
-        const __m256 gvc = load8_first(gc + i, tail, HW - i, rc + 1 < rows);
-        da = _mm256_fmadd_ps(gva, ea, da);
-        ba = _mm256_add_ps(ba, gva);
-        ma = _mm256_add_ps(ma, ea);
-        dc = _mm256_fmadd_ps(gvc, ec, dc);
-        bc = _mm256_add_ps(bc, gvc);
-        mc = _mm256_add_ps(mc, ec);
+        accumulate(ea, gva, ec, load8_first(gc + i, tail, HW - i, rc + 1 < rows));
       }
       sd[j] = da;
       sb[j] = ba;

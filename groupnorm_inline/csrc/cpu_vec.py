@@ -193,7 +193,8 @@ struct Pack {
 };
 
 // Whether an output of `elements` T is written with Pack::store_stream (its share per thread at least a core's L2,
-// above): false where store_stream would store normally anyway (16-bit data, a build without the stores), so that callers skip stream_fence too.
+// above): false where store_stream would store normally anyway (16-bit data, a build without the stores), so that
+// callers skip stream_fence too.
 template <typename T>
 GN_CPU_INLINE bool stream_output(int64_t elements) {
   if constexpr (kStreamAlign == 0 || Pack<T>::kConverts) {
