@@ -50,7 +50,10 @@ def parse_row(row: str):
     if act and (mode not in ACT_MODES or act not in TORCH_ACTS):
         raise SystemExit(f"{mode}+{act} in {row!r}: an activation ({', '.join(TORCH_ACTS)}) goes with "
                          f"{', '.join(ACT_MODES)} only")
-    return tuple(int(s) for s in shape.split(",")), int(groups), DTYPES[dtype], mode, act or None
+    dims = tuple(int(s) for s in shape.split(","))
+    if mode.startswith("cl") and len(dims) not in (4, 5):
+        raise SystemExit(f"{mode} in {row!r}: channels-last takes a 4-D or 5-D shape, not {len(dims)}-D")
+    return dims, int(groups), DTYPES[dtype], mode, act or None
 
 
 def make_calls(shape, groups, dtype, mode, act=None):

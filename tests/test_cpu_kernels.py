@@ -547,6 +547,47 @@ def test_streamed_grad_input_of_short_channels(shape, groups, activation, thread
     check_backward_cpu(x, groups, w, b, activation, f"{shape} G={groups} {activation}")
 
 
+@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize("shape, groups, memory_format", [
+    ((64, 40, 14, 18), 1, torch.channels_last),   # rows of 40 channels: 160 bytes, 2.5 lines
+    ((64, 40, 14, 18), 8, torch.contiguous_format),  # channels of 252 elements: one in four starts on a line
+    ((256, 64, 36), 32, torch.contiguous_format),   # AVX2 short channels: slices of 72 elements, 288 bytes
+], ids=str)
+def test_streamed_grad_input_on_partial_lines(shape, groups, memory_format, activation, threads, poisoned_outputs):
+    """float32 grad_input of >= 2 MB on one thread (streamed) whose runs (a channels-last row, an NCHW channel, a
+    short-channel slice) end inside a 64-byte line: only their whole lines take non-temporal stores, the line
+    the next run shares takes normal ones (cpu_vec's streamed_prefix; mixing both in one line was 2.3x slower).
+    Against float64, starting poisoned: every element of a shared line must be written once, by one kind of
+    store."""
+    threads(1)
+    x = _input(shape, torch.float32, memory_format, mean=-30.0, std=2.0, seed=9)
+    assert x.numel() * x.element_size() >= 2 << 20
+    w, b = _params(shape[1], torch.float32, True)
+    check_backward_cpu(x, groups, w, b, activation, f"{shape} G={groups} {memory_format} {activation}")
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "leaky_relu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape, groups, n_threads", [
+    ((8, 40, 14, 18), 1, 1),    # rows of 40 channels, 252 rows a sample: the sums walk rows in order
+    ((6, 24, 3, 5), 4, 1),      # 15 rows a sample: the sums walk columns, partial packs
+    ((1, 40, 30, 30), 8, 2),    # one sample cut into parts (fewer samples than threads)
+    ((2, 72, 5, 5, 4), 6, 2),   # 5-D
+    ((8, 320, 14, 18), 32, 1),  # 2.6 MB: grad_input streamed (dz in it too below AVX-512 for SiLU and GELU)
+], ids=str)
+def test_channels_last_activation_backward_dz_in_grad_input(shape, groups, n_threads, dtype, activation, threads,
+                                                            poisoned_outputs):
+    """Channels-last float32 / float64 backward with an activation: the sums pass stores dz = dy act'(z) into
+    grad_input and the dx pass reads it back in place (act' once per element) where grad_input is not streamed,
+    and for SiLU and GELU below AVX-512 where it is. Every sums walk (row order, columns with partial packs, a
+    sample cut into parts), streamed or not, against float64, starting poisoned."""
+    threads(n_threads)
+    memory_format = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    x = _input(shape, dtype, memory_format, mean=3.0, std=2.0, seed=11)
+    w, b = _params(shape[1], dtype, True)
+    check_backward_cpu(x, groups, w, b, activation, f"{shape} G={groups} {dtype} {n_threads} threads")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["NCHW", "CL"])
 def test_outputs_of_4_mb_and_more(memory_format, dtype, threads, poisoned_outputs):

@@ -102,12 +102,14 @@ void channel_grad_input_vectors(const T* x, const T* dy, T* dx, int64_t len, com
   constexpr int64_t W = P::kWidth;
   const P vm = P::broadcast(m), va = P::broadcast(a), vb = P::broadcast(bias), vcx = P::broadcast(cx),
           vc1 = P::broadcast(c1);
+  // Packs streamed: whole lines only, none that the overlapping last pack (normal stores) writes again.
+  const int64_t streamed = stream ? streamed_prefix(dx, len % W == 0 ? len : (len >= W ? len - W : 0)) : 0;
   auto run = [&](auto grad) {
     int64_t i = 0;
     for (; i + W <= len; i += W) {
       const P d = P::load(x + i) - vm;
       const P out = fmadd(va, grad(i, d, W), fmadd(vcx, d, vc1));
-      if (stream) out.store_stream(dx + i);
+      if (i + W <= streamed) out.store_stream(dx + i);
       else out.store(dx + i);
     }
     if (i == len) return;
@@ -639,7 +641,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to kMaxRowAvx2Half: the per-channel path
 // paid its out-of-line counted loads and stores there too (bfloat16 backward, 2 threads, 2-core AMD EPYC: HW 80,
 // 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
-// a_row: D + 8 floats of scratch; stream: dx stored non-temporally where aligned (stream_fence after).
+// a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
 constexpr int64_t kMinRowAvx2 = 9, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
 // Asks for the line kAheadBytes past p (the first pass over a chunk reads x and dy ahead of use: ~250 cycles of
 // memory latency at ~4 cycles a line of work; a hint, never faults).
@@ -875,12 +877,20 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
     const T* xs = p.x + s * D;
     const G_t* dys = grad + (s - s0) * D;
     T* const dxs = p.dx + s * D;
+    // Vectors streamed: every one where D % 8 == 0 and the slices are 32-byte aligned (all of the chunk's stores
+    // then stream, a line shared by two slices included: (256,64,36) G32, slices of 288 bytes, ran 0.85x PyTorch's
+    // time that way and 1.1-1.4x with only each slice's own whole lines streamed); otherwise the whole lines of
+    // the slice before its scalar tail, where the slice starts on a line (no line partly streamed).
+    const int64_t streamed =
+        !stream ? 0
+        : (D % 8 == 0 && (reinterpret_cast<uintptr_t>(dxs) & (kStreamAlign - 1)) == 0) ? D
+        : streamed_prefix(dxs, D / 8 * 8);
     // dx of the 8 elements from i, whose rstd * w[c] are va
     auto dx_at = [&](int64_t i, __m256 va) {
       const __m256 d = _mm256_sub_ps(load8(xs + i), vm);
       const __m256 out = _mm256_fmadd_ps(va, load8(dys + i), _mm256_fmadd_ps(vcx, d, vc1));
       if constexpr (std::is_same_v<T, float>) {
-        if (stream && (reinterpret_cast<uintptr_t>(dxs + i) & (kStreamAlign - 1)) == 0) {
+        if (i + 8 <= streamed) {
           stream_vector(dxs + i, out);
           return;
         }
@@ -1291,7 +1301,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
 template <typename T, bool kAct>
 void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                                const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
-                               const gn_act::Params& act, double* ds, double* db, double* dm) {
+                               const gn_act::Params& act, double* ds, double* db, double* dm, T* dz) {
   using P = Pack<T>;
   using C = compute_t<T>;
   using V = typename P::V;
@@ -1318,6 +1328,9 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
           const int64_t cnt = std::min(W, channels - c);  // lanes past cnt: x, dy, m, a and bias 0, so d = g = 0
           const P d = P::load(xr + c, cnt) - vload(m, c);
           const P g = grad_z<T, K>(P::load(gr + c, cnt), d, vload(a, c), vload(bias, c), act);
+          if constexpr (kAct && std::is_same_v<T, C>) {
+            if (dz) g.store(dz + r * stride + c, cnt);
+          }
           fmadd(g, d, vload(sd, c)).lanes(sd + c);
           (vload(sb, c) + g).lanes(sb + c);
           if constexpr (kDm) (vload(sm, c) + d).lanes(sm + c);
@@ -1341,7 +1354,7 @@ void channel_sums_in_row_order(const T* x, const T* dy, int64_t channels, int64_
 template <typename T, bool kAct>
 void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                           const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
-                          const gn_act::Params& act, double* ds, double* db, double* dm) {
+                          const gn_act::Params& act, double* ds, double* db, double* dm, T* dz) {
   with_activation_kind<kAct>(act, [&](auto kind) {
     constexpr int K = decltype(kind)::value;
     using P = Pack<T>;
@@ -1364,6 +1377,9 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
           for (int64_t r = 0; r < rows; ++r) {
             const P d = P::load(x + base + r * stride) - vm;
             const P g = grad_z<T, K>(P::load(dy + base + r * stride), d, va, vb, act);
+            if constexpr (kAct && std::is_same_v<T, C>) {
+              if (dz) g.store(dz + base + r * stride);
+            }
             sd = fmadd(g, d, sd);
             sb = sb + g;
             sm = sm + d;
@@ -1372,6 +1388,9 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
           for (int64_t r = 0; r < rows; ++r) {
             const P d = P::load(x + base + r * stride, cnt) - vm;
             const P g = grad_z<T, K>(P::load(dy + base + r * stride, cnt), d, va, vb, act);
+            if constexpr (kAct && std::is_same_v<T, C>) {
+              if (dz) g.store(dz + base + r * stride, cnt);
+            }
             sd = fmadd(g, d, sd);
             sb = sb + g;
             sm = sm + d;
@@ -1406,40 +1425,58 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
 // more than the strided reads ((128,128,3,2) float32 backward, one thread: 97 -> 76 us with the register walk for
 // these, PyTorch's 86; (8,256,5,5) float32 alike either way).
 constexpr int64_t kFewRows = 32;
+// dz (float32 and float64 with an activation): where given, each element's dz = dy act'(z) is stored there too (rows
+// `stride` apart, as x), for grad_input_rows to read back (dz_in_dx) instead of evaluating act' a second time.
 template <typename T, bool kAct>
 void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                        const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
-                       const gn_act::Params& act, double* ds, double* db, double* dm) {
+                       const gn_act::Params& act, double* ds, double* db, double* dm, T* dz = nullptr) {
   if (sizeof(T) >= 4 && hi - lo > kFewRows) {
-    channel_sums_in_row_order<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm);
+    channel_sums_in_row_order<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm, dz);
   } else {
-    channel_sums_columns<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm);
+    channel_sums_columns<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm, dz);
   }
 }
 
 // Rows [lo, hi) of one channels-last sample (rows `stride` apart): dx = a * dz + cx * (x - m) + c1 with per-channel
-// (padded) vectors.
+// (padded) vectors. in_place: dy is dx (holding dz, from channel_sums_rows), each pack read before it is written;
+// then no pack is computed twice (the overlapping last pack would read dx back).
 template <typename T, bool kAct>
 void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                      const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx,
-                     const compute_t<T>* c1, const gn_act::Params& act, bool stream) {
+                     const compute_t<T>* c1, const gn_act::Params& act, bool stream, bool in_place = false) {
   with_activation_kind<kAct>(act, [&](auto kind) {
     constexpr int K = decltype(kind)::value;
     using P = Pack<T>;
     using V = typename P::V;
     constexpr int64_t W = P::kWidth;
     auto vload = [](const compute_t<T>* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
+    // dx of the row's cnt channels from c (cnt < W: counted loads, lanes past cnt unused)
+    auto dx_pack = [&](int64_t row, int64_t c, int64_t cnt) {
+      const P va = vload(a, c);
+      const P d = P::load(x + row + c, cnt) - vload(m, c);
+      const P g = grad_z<T, K>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
+      return fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c)));
+    };
+    // A row longer than a pack but not a whole number of them ends with the whole pack that ends at its last
+    // channel, stored normally over channels the pack before wrote (the same values: dx never aliases x or dy):
+    // at::vec's counted load and store are out-of-line calls ((8,40,14,18) G1 float32, rows of 16 + 16 + 8
+    // channels at AVX2: 1.08-1.17x PyTorch's time with them).
+    const int64_t whole = channels / W * W;
+    const bool overlap = whole != channels && channels > W && !in_place;
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t row = r * stride;
-      for (int64_t c = 0; c < channels; c += W) {
-        const int64_t cnt = std::min(W, channels - c);
-        const P va = vload(a, c);
-        const P d = P::load(x + row + c, cnt) - vload(m, c);
-        const P g = grad_z<T, K>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
-        const P out = fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c)));
-        if (stream && cnt == W) out.store_stream(dx + row + c);
-        else out.store(dx + row + c, cnt);
+      // full packs streamed on the row's whole lines before any normal store (the last pack's), where the row
+      // starts on a line
+      const int64_t streamed = stream ? streamed_prefix(dx + row, overlap ? channels - W : whole) : 0;
+      int64_t c = 0;
+      for (; c < whole; c += W) {
+        const P out = dx_pack(row, c, W);
+        if (c + W <= streamed) out.store_stream(dx + row + c);
+        else out.store(dx + row + c);
       }
+      if (overlap) dx_pack(row, channels - W, W).store(dx + row + channels - W);
+      else if (c < channels) dx_pack(row, c, channels - c).store(dx + row + c, channels - c);
     }
     if (stream) stream_fence();
   });
@@ -2023,6 +2060,35 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // k + which * stride: one set per task on the whole-sample path, as wide as its chunk (a zero-filled set per
   // sample of the call was a twentieth of the backward of (128,128,3,2)), one per sample on the parted one.
   enum { kM = 0, kA = 1, kBias = 2, kCx = 3, kC1 = 4, kVectors = 5 };
+  // With an activation, float32 and float64: the sums pass stores dz into dx and the dx pass reads it back in
+  // place, so act' runs once per element, not twice: where dx is not streamed (a thread's share of it below a
+  // core's L2: dz read back from cache), and for the activations of an exp, tanh or erf (act' costs more than the
+  // extra write and read of dx) below AVX-512 also where it is. 2-core AMD EPYC (AVX2), float32 backward,
+  // PyTorch's time against ours evaluating act' twice -> once: (8,40,14,18) G1 SiLU 1.57x -> 1.14x, GELU 1.2x ->
+  // 0.82x; (8,320,14,18) G32 SiLU, dx streamed, see NOTES. AVX-512 (16 floats a register, more threads on one
+  // memory bus) keeps act' twice where dx streams: not measured there.
+  const int kind = p.act.kind;
+  const bool transcendental = kind == gn_act::kSilu || kind == gn_act::kGelu || kind == gn_act::kGeluTanh ||
+                              kind == gn_act::kMish || kind == gn_act::kSigmoid || kind == gn_act::kTanh;
+#if defined(CPU_CAPABILITY_AVX512)
+  constexpr bool kActOverTraffic = false;
+#else
+  constexpr bool kActOverTraffic = true;
+#endif
+  const bool dz_in_dx =
+      kAct && std::is_same_v<T, C> && p.dx && (!stream || (kActOverTraffic && transcendental));
+  // dx of rows [lo, hi) of the channels cw of one sample from off (their constants k, kpad apart)
+  auto grad_input_part = [&](int64_t off, int64_t cw, int64_t lo, int64_t hi, const C* k, int64_t kpad) {
+    const C *m = k + kM * kpad, *a = k + kA * kpad, *bias = k + kBias * kpad, *cx = k + kCx * kpad,
+            *c1 = k + kC1 * kpad;
+    if (dz_in_dx) {
+      grad_input_rows<T, false>(p.x + off, p.dx + off, p.dx + off, cw, channels, lo, hi, m, a, bias, cx, c1, p.act,
+                                stream, true);
+    } else {
+      grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, lo, hi, m, a, bias, cx, c1, p.act,
+                               stream);
+    }
+  };
   std::vector<double> wd(static_cast<size_t>(channels), 1.0);  // the weights in double
   if (p.w) std::copy(p.w, p.w + channels, wd.begin());
   // Sample n's m, a and bias for its groups [g0, g0 + gw) (sample_constants of the forward, unfolded: its m, a,
@@ -2075,12 +2141,9 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         const int64_t n = it / chunks, g0 = (it % chunks) * gw, off = n * sample + g0 * cpg;
         fill_constants(n, g0, gw, k, kpad);
         channel_sums_rows<T, kAct>(p.x + off, p.dy + off, cw, channels, 0, HW, k + kM * kpad, k + kA * kpad,
-                                   k + kBias * kpad, p.act, ds, db, dm);
+                                   k + kBias * kpad, p.act, ds, db, dm, dz_in_dx ? p.dx + off : nullptr);
         fill_coefficients(n, g0, gw, k, kpad, ds, db, dm);
-        if (p.dx) {
-          grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, 0, HW, k + kM * kpad,
-                                   k + kA * kpad, k + kBias * kpad, k + kCx * kpad, k + kC1 * kpad, p.act, stream);
-        }
+        if (p.dx) grad_input_part(off, cw, 0, HW, k, kpad);
       }
     });
     return;
@@ -2102,7 +2165,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
       double* const ds = &sums[3 * it * channels];
       channel_sums_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, channels, channels, bounds[it % parts],
                                  bounds[it % parts + 1], vec(n, kM), vec(n, kA), vec(n, kBias), p.act, ds,
-                                 ds + channels, ds + 2 * channels);
+                                 ds + channels, ds + 2 * channels, dz_in_dx ? p.dx + n * sample : nullptr);
       double* const out = &part_groups[3 * it * G];
       group_linear_sums(ds, ds + channels, ds + 2 * channels, G, cpg, wd.data(), out, out + G, out + 2 * G);
     }
@@ -2143,11 +2206,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         p.ds[n * channels + c] = (ds - delta[n * G + g] * db) * rd[n * G + g];
         p.db[n * channels + c] = db;
       }
-      if (p.dx) {
-        grad_input_rows<T, kAct>(p.x + n * sample, p.dy + n * sample, p.dx + n * sample, channels, channels,
-                                 bounds[j], bounds[j + 1], vec(n, kM), vec(n, kA), vec(n, kBias), vec(n, kCx),
-                                 vec(n, kC1), p.act, stream);
-      }
+      if (p.dx) grad_input_part(n * sample, channels, bounds[j], bounds[j + 1], vec(n, kM), cpad);
     }
   });
 }
