@@ -572,6 +572,7 @@ def test_streamed_grad_input_on_partial_lines(shape, groups, memory_format, acti
     ((8, 40, 14, 18), 1, 1),    # rows of 40 channels, 252 rows a sample: the sums walk rows in order
     ((6, 24, 3, 5), 4, 1),      # 15 rows a sample: the sums walk columns, partial packs
     ((1, 40, 30, 30), 8, 2),    # one sample cut into parts (fewer samples than threads)
+    ((1, 40, 30, 30), 1, 2),    # the same, one group: mean and coefficients held in registers
     ((2, 72, 5, 5, 4), 6, 2),   # 5-D
     ((8, 320, 14, 18), 32, 1),  # 2.6 MB: grad_input streamed (dz in it too below AVX-512 for SiLU and GELU)
 ], ids=str)

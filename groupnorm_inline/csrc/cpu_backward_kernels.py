@@ -1438,47 +1438,62 @@ void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride
   }
 }
 
+// grad_input_rows' loop for activation kind K; kOneGroup: m, cx and c1 taken from their first channel.
+template <typename T, int K, bool kOneGroup>
+void grad_input_rows_of(const T* x, const T* dy, T* dx, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
+                        const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
+                        const compute_t<T>* cx, const compute_t<T>* c1, const gn_act::Params& act, bool stream,
+                        bool in_place) {
+  using P = Pack<T>;
+  using V = typename P::V;
+  constexpr int64_t W = P::kWidth;
+  auto vload = [](const compute_t<T>* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
+  const P gm = P::broadcast(m[0]), gcx = P::broadcast(cx[0]), gc1 = P::broadcast(c1[0]);
+  // dx of the row's cnt channels from c (cnt < W: counted loads, lanes past cnt unused)
+  auto dx_pack = [&](int64_t row, int64_t c, int64_t cnt) {
+    const P va = vload(a, c);
+    const P d = P::load(x + row + c, cnt) - (kOneGroup ? gm : vload(m, c));
+    const P g = grad_z<T, K>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
+    return fmadd(va, g, fmadd(kOneGroup ? gcx : vload(cx, c), d, kOneGroup ? gc1 : vload(c1, c)));
+  };
+  // A row longer than a pack but not a whole number of them ends with the whole pack that ends at its last
+  // channel, stored normally over channels the pack before wrote (the same values: dx never aliases x or dy):
+  // at::vec's counted load and store are out-of-line calls (bfloat16 (8,40,14,18) G1, rows of 16 + 16 + 8
+  // channels at AVX2: 1.03-1.11x PyTorch's time with them, 0.93-0.96x without).
+  const int64_t whole = channels / W * W;
+  const bool overlap = whole != channels && channels > W && !in_place;
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t row = r * stride;
+    // full packs streamed on the row's whole lines before any normal store (the last pack's), where the row
+    // starts on a line
+    const int64_t streamed = stream ? streamed_prefix(dx + row, overlap ? channels - W : whole) : 0;
+    int64_t c = 0;
+    for (; c < whole; c += W) {
+      const P out = dx_pack(row, c, W);
+      if (c + W <= streamed) out.store_stream(dx + row + c);
+      else out.store(dx + row + c);
+    }
+    if (overlap) dx_pack(row, channels - W, W).store(dx + row + channels - W);
+    else if (c < channels) dx_pack(row, c, channels - c).store(dx + row + c, channels - c);
+  }
+  if (stream) stream_fence();
+}
+
 // Rows [lo, hi) of one channels-last sample (rows `stride` apart): dx = a * dz + cx * (x - m) + c1 with per-channel
 // (padded) vectors. in_place: dy is dx (holding dz, from channel_sums_rows), each pack read before it is written;
-// then no pack is computed twice (the overlapping last pack would read dx back).
+// then no pack is computed twice (the overlapping last pack would read dx back). one_group: the channels are one
+// group's, so m, cx and c1 are the same for all (held in registers: a pack then loads x, dy and a, not three
+// more per-channel vectors; (8,40,14,18) G1 float32, kernels alone at one thread, see NOTES).
 template <typename T, bool kAct>
 void grad_input_rows(const T* x, const T* dy, T* dx, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                      const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias, const compute_t<T>* cx,
-                     const compute_t<T>* c1, const gn_act::Params& act, bool stream, bool in_place = false) {
+                     const compute_t<T>* c1, const gn_act::Params& act, bool stream, bool in_place = false,
+                     bool one_group = false) {
   with_activation_kind<kAct>(act, [&](auto kind) {
-    constexpr int K = decltype(kind)::value;
-    using P = Pack<T>;
-    using V = typename P::V;
-    constexpr int64_t W = P::kWidth;
-    auto vload = [](const compute_t<T>* v, int64_t c) { return P{V::loadu(v + c), V::loadu(v + c + P::kVec)}; };
-    // dx of the row's cnt channels from c (cnt < W: counted loads, lanes past cnt unused)
-    auto dx_pack = [&](int64_t row, int64_t c, int64_t cnt) {
-      const P va = vload(a, c);
-      const P d = P::load(x + row + c, cnt) - vload(m, c);
-      const P g = grad_z<T, K>(P::load(dy + row + c, cnt), d, va, vload(bias, c), act);
-      return fmadd(va, g, fmadd(vload(cx, c), d, vload(c1, c)));
-    };
-    // A row longer than a pack but not a whole number of them ends with the whole pack that ends at its last
-    // channel, stored normally over channels the pack before wrote (the same values: dx never aliases x or dy):
-    // at::vec's counted load and store are out-of-line calls ((8,40,14,18) G1 float32, rows of 16 + 16 + 8
-    // channels at AVX2: 1.08-1.17x PyTorch's time with them).
-    const int64_t whole = channels / W * W;
-    const bool overlap = whole != channels && channels > W && !in_place;
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t row = r * stride;
-      // full packs streamed on the row's whole lines before any normal store (the last pack's), where the row
-      // starts on a line
-      const int64_t streamed = stream ? streamed_prefix(dx + row, overlap ? channels - W : whole) : 0;
-      int64_t c = 0;
-      for (; c < whole; c += W) {
-        const P out = dx_pack(row, c, W);
-        if (c + W <= streamed) out.store_stream(dx + row + c);
-        else out.store(dx + row + c);
-      }
-      if (overlap) dx_pack(row, channels - W, W).store(dx + row + channels - W);
-      else if (c < channels) dx_pack(row, c, channels - c).store(dx + row + c, channels - c);
-    }
-    if (stream) stream_fence();
+    if (one_group) grad_input_rows_of<T, decltype(kind)::value, true>(x, dy, dx, channels, stride, lo, hi, m, a,
+                                                                       bias, cx, c1, act, stream, in_place);
+    else grad_input_rows_of<T, decltype(kind)::value, false>(x, dy, dx, channels, stride, lo, hi, m, a, bias, cx,
+                                                             c1, act, stream, in_place);
   });
 }
 
@@ -2078,15 +2093,16 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   const bool dz_in_dx =
       kAct && std::is_same_v<T, C> && p.dx && (!stream || (kActOverTraffic && transcendental));
   // dx of rows [lo, hi) of the channels cw of one sample from off (their constants k, kpad apart)
-  auto grad_input_part = [&](int64_t off, int64_t cw, int64_t lo, int64_t hi, const C* k, int64_t kpad) {
+  auto grad_input_part = [&](int64_t off, int64_t cw, int64_t lo, int64_t hi, const C* k, int64_t kpad,
+                             bool one_group) {
     const C *m = k + kM * kpad, *a = k + kA * kpad, *bias = k + kBias * kpad, *cx = k + kCx * kpad,
             *c1 = k + kC1 * kpad;
     if (dz_in_dx) {
       grad_input_rows<T, false>(p.x + off, p.dx + off, p.dx + off, cw, channels, lo, hi, m, a, bias, cx, c1, p.act,
-                                stream, true);
+                                stream, true, one_group);
     } else {
       grad_input_rows<T, kAct>(p.x + off, p.dy + off, p.dx + off, cw, channels, lo, hi, m, a, bias, cx, c1, p.act,
-                               stream);
+                               stream, false, one_group);
     }
   };
   std::vector<double> wd(static_cast<size_t>(channels), 1.0);  // the weights in double
@@ -2143,7 +2159,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         channel_sums_rows<T, kAct>(p.x + off, p.dy + off, cw, channels, 0, HW, k + kM * kpad, k + kA * kpad,
                                    k + kBias * kpad, p.act, ds, db, dm, dz_in_dx ? p.dx + off : nullptr);
         fill_coefficients(n, g0, gw, k, kpad, ds, db, dm);
-        if (p.dx) grad_input_part(off, cw, 0, HW, k, kpad);
+        if (p.dx) grad_input_part(off, cw, 0, HW, k, kpad, gw == 1);
       }
     });
     return;
@@ -2206,7 +2222,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
         p.ds[n * channels + c] = (ds - delta[n * G + g] * db) * rd[n * G + g];
         p.db[n * channels + c] = db;
       }
-      if (p.dx) grad_input_part(n * sample, channels, bounds[j], bounds[j + 1], vec(n, kM), cpad);
+      if (p.dx) grad_input_part(n * sample, channels, bounds[j], bounds[j + 1], vec(n, kM), cpad, G == 1);
     }
   });
 }
