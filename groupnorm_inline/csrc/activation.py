@@ -51,6 +51,12 @@ enum Kind : int {
   kHardtanh = 8, kSigmoid = 9, kTanh = 10, kNumKinds = 11
 };
 
+// Activations whose value or derivative needs an exp, tanh or erf (the others are piecewise polynomial): the
+// costly ones to evaluate twice (host code).
+constexpr bool is_transcendental(int kind) {
+  return kind == kSilu || kind == kGelu || kind == kGeluTanh || kind == kMish || kind == kSigmoid || kind == kTanh;
+}
+
 // One activation with its parameters: alpha = negative_slope (leaky_relu) or min_val (hardtanh);
 // beta = max_val (hardtanh). Unused parameters are ignored.
 struct Params {

@@ -2062,7 +2062,7 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // Chunks of groups as in forward_channels_last (not with streamed stores, which want whole aligned rows; the
   // group kernel stores normally, and without chunks fewer samples than threads went the parted path below, its
   // merges serial: (8,4096,6,6) G32 at 16 threads ~0.7 ms, 1.8-2.4x PyTorch's, on the Xeon host of an H200).
-  const int64_t line = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t line = line_elements<T>();
   const int64_t chunks =
       stream && !group_kernel ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth, line);
   const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
@@ -2082,16 +2082,13 @@ void backward_channels_last(const BackwardArgs<T>& p) {
   // PyTorch's time against ours evaluating act' twice -> once: (8,40,14,18) G1 SiLU 1.57x -> 1.14x, GELU 1.2x ->
   // 0.82x; (8,320,14,18) G32 SiLU, dx streamed, see NOTES. AVX-512 (16 floats a register, more threads on one
   // memory bus) keeps act' twice where dx streams: not measured there.
-  const int kind = p.act.kind;
-  const bool transcendental = kind == gn_act::kSilu || kind == gn_act::kGelu || kind == gn_act::kGeluTanh ||
-                              kind == gn_act::kMish || kind == gn_act::kSigmoid || kind == gn_act::kTanh;
 #if defined(CPU_CAPABILITY_AVX512)
   constexpr bool kActOverTraffic = false;
 #else
   constexpr bool kActOverTraffic = true;
 #endif
-  const bool dz_in_dx =
-      kAct && std::is_same_v<T, C> && p.dx && (!stream || (kActOverTraffic && transcendental));
+  const bool dz_in_dx = kAct && std::is_same_v<T, C> && p.dx &&
+                        (!stream || (kActOverTraffic && gn_act::is_transcendental(p.act.kind)));
   // dx of rows [lo, hi) of the channels cw of one sample from off (their constants k, kpad apart)
   auto grad_input_part = [&](int64_t off, int64_t cw, int64_t lo, int64_t hi, const C* k, int64_t kpad,
                              bool one_group) {

@@ -994,7 +994,7 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   // Chunks of groups (never with touches: a chunk's rows hold other chunks' output bytes).
   const int64_t work = element_work(ep);  // per element, with the activation
   const int64_t chunks =
-      fresh_output ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth, 64 / static_cast<int64_t>(sizeof(T)));
+      fresh_output ? 1 : group_chunks(N, sample, G, channels, Pack<T>::kWidth, line_elements<T>());
   const int64_t parts = chunks > 1 ? 1 : std::min(HW, split_parts(N, sample, kMinPartElements));
   const int64_t items = N * parts;
   const int64_t grain = grain_items(items, sample / parts * work + channels * kChannelOverheadElements);

@@ -216,9 +216,12 @@ GN_CPU_INLINE bool stream_output(int64_t elements) {
 // Packs from p are whole lines (kWidth * sizeof(T) is 64 or 128 bytes wherever stores stream), so a pack i
 // (elements [i, i + kWidth)) streams where i + kWidth <= the returned count.
 constexpr uintptr_t kLineBytes = 64;
+// Elements of T in one cache line.
+template <typename T>
+constexpr int64_t line_elements() { return static_cast<int64_t>(kLineBytes / sizeof(T)); }
 template <typename T>
 GN_CPU_INLINE int64_t streamed_prefix(const T* p, int64_t normal_from) {
-  constexpr int64_t kLine = static_cast<int64_t>(kLineBytes / sizeof(T));
+  constexpr int64_t kLine = line_elements<T>();
   if ((reinterpret_cast<uintptr_t>(p) & (kLineBytes - 1)) != 0) return 0;
   return normal_from / kLine * kLine;
 }
