@@ -13,7 +13,8 @@ from .csrc.group_norm_backward_cpu import GROUP_NORM_BACKWARD_CPU_TEMPLATE
 from .csrc.group_norm_backward_cuda import GROUP_NORM_BACKWARD_CUDA_TEMPLATE
 from .csrc.group_norm_cpu import GROUP_NORM_CPU_TEMPLATE, OP_NAMESPACE, with_namespace
 from .csrc.group_norm_cuda import GROUP_NORM_FORWARD_CUDA_TEMPLATE
-from .jit import ExtensionSpec, env, load as _jit_load, plan
+from .csrc.python_entry import PYTHON_ENTRY_SOURCE, PYTHON_MODULE_NAME
+from .jit import ExtensionSpec, env, load as _jit_load, plan, python_module
 
 SPEC = ExtensionSpec(
     name="groupnorm_inline_C",
@@ -21,6 +22,9 @@ SPEC = ExtensionSpec(
                  with_namespace(GROUP_NORM_AUTOGRAD_TEMPLATE)),
     cuda_sources=(with_namespace(GROUP_NORM_FORWARD_CUDA_TEMPLATE),
                   with_namespace(GROUP_NORM_BACKWARD_CUDA_TEMPLATE)),
+    # The forward's direct entry from Python (eager calls): csrc/python_entry.py says why.
+    python_entry_sources=(PYTHON_ENTRY_SOURCE,),
+    python_module_name=PYTHON_MODULE_NAME,
     description="the GroupNorm kernels",
     openmp=True,  # the CPU kernels split their work with at::parallel_for
     cpu_vec_isa=True,  # and vectorise with at::vec: AVX2 / AVX-512 where ATen uses them (see env.cpu_vec_flags)
@@ -39,6 +43,13 @@ def load():
 
         registration.register()
     return _ops
+
+
+def python_entry():
+    """The extension's CPython module: `group_norm` and `group_norm_with_stats`, direct entries to the forward
+    operator (csrc/python_entry.py). Loads the extension first if needed."""
+    load()
+    return python_module(SPEC)
 
 
 _has_cuda: bool | None = None

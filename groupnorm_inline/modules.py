@@ -33,7 +33,7 @@ class GroupNorm(nn.GroupNorm):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # The activation was resolved at construction: straight to the operator.
-        return functional.forward(input, self.num_groups, self.weight, self.bias, self.eps, self._activation)[0]
+        return functional.forward_output(input, self.num_groups, self.weight, self.bias, self.eps, self._activation)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()

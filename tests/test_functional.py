@@ -114,3 +114,84 @@ def test_keyword_arguments():
     weight, bias = make_params(6, "affine", torch.float32)
     out = group_norm(input=x, num_groups=3, weight=weight, bias=bias, eps=1e-3)
     assert_group_norm_close(out, x, 3, weight, bias, 1e-3)
+
+
+class _RecordingMode(torch.overrides.TorchFunctionMode):
+    """Records the functions that reach __torch_function__ (the OpOverload path's callers see them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _LoggingTensor(torch.Tensor):
+    """A subclass with its own __torch_function__: calls on it must go through the OpOverload."""
+
+    calls: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(str(func))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("with_stats", [False, True])
+def test_direct_entry_and_overload_agree(with_stats):
+    # Eager calls take the extension's direct entry; a torch function mode or a subclass overriding
+    # __torch_function__ takes the OpOverload (which hands them the call). Both run the same operator: the
+    # results are bitwise equal, and the mode sees the operator.
+    x = make_input((3, 12, 7, 5), torch.float32)
+    weight, bias = make_params(12, "affine", torch.float32)
+    call = ((lambda t: group_norm_with_stats(t, 4, weight, bias, activation="silu")) if with_stats
+            else (lambda t: (group_norm(t, 4, weight, bias, activation="silu"),)))
+    direct = call(x)
+    mode = _RecordingMode()
+    with mode:
+        through_mode = call(x)
+    assert any("group_norm_forward" in name for name in mode.seen), mode.seen
+    _LoggingTensor.calls = []
+    through_subclass = call(x.as_subclass(_LoggingTensor))
+    assert any("group_norm_forward" in name for name in _LoggingTensor.calls), _LoggingTensor.calls
+    assert len(direct) == (3 if with_stats else 1)
+    for a, b, c in zip(direct, through_mode, through_subclass):
+        assert_bitwise_equal(a, b)
+        assert_bitwise_equal(a, c.as_subclass(torch.Tensor))
+    reference = F.silu(F.group_norm(x.double(), 4, weight.double(), bias.double()))
+    torch.testing.assert_close(direct[0].double(), reference, rtol=1e-5, atol=1e-5)  # float32 storage, x ~ N(0, 1)
+
+
+def test_direct_entry_gradients():
+    # The direct entry returns the autograd node's output: gradients flow as through the OpOverload.
+    x = make_input((2, 6, 9), torch.float64).requires_grad_()
+    weight, bias = (p.requires_grad_() for p in make_params(6, "affine", torch.float64))
+    assert torch.autograd.gradcheck(lambda a, w, b: group_norm(a, 3, w, b), (x, weight, bias))
+    with torch.no_grad():
+        assert group_norm(x, 3, weight, bias).grad_fn is None
+
+
+def test_direct_entry_rejects_wrong_types():
+    # The entry is internal (the Python callers check types first), but it never guesses: wrong types raise.
+    from groupnorm_inline import extension
+
+    entry = extension.python_entry()
+    x = make_input((2, 4, 3), torch.float32)
+    cases = [((x.numpy(), 2, None, None, 1e-5, 0, 0.0, 0.0), "input to be a Tensor"),
+             ((x, 2.0, None, None, 1e-5, 0, 0.0, 0.0), "num_groups must be an int"),
+             ((x, True, None, None, 1e-5, 0, 0.0, 0.0), "num_groups must be an int"),
+             ((x, 2, [1.0] * 4, None, 1e-5, 0, 0.0, 0.0), "weight to be a Tensor or None"),
+             ((x, 2, None, 3, 1e-5, 0, 0.0, 0.0), "bias to be a Tensor or None"),
+             ((x, 2, None, None, 1, 0, 0.0, 0.0), "eps must be a float"),
+             ((x, 2, None, None, 1e-5, 0, 0.0), "8 positional arguments")]
+    for args, words in cases:
+        for fn in (entry.group_norm, entry.group_norm_with_stats):
+            with pytest.raises(TypeError, match=words):
+                fn(*args)
+    with pytest.raises(OverflowError):
+        entry.group_norm(x, 2 ** 70, None, None, 1e-5, 0, 0.0, 0.0)
+    # The operator's own checks raise through it with PyTorch's types and words.
+    with pytest.raises(RuntimeError, match="divisible by num_groups"):
+        entry.group_norm(x, 3, None, None, 1e-5, 0, 0.0, 0.0)

@@ -27,7 +27,7 @@ import torch
 
 import groupnorm_inline
 from groupnorm_inline import extension
-from groupnorm_inline.jit import ExtensionBuildError, env, load, manifest, plan
+from groupnorm_inline.jit import ExtensionBuildError, env, load, manifest, plan, python_module
 from jit_worker import MARKER, tiny_spec
 
 WORKER = Path(__file__).with_name("jit_worker.py")
@@ -97,6 +97,8 @@ def test_cache_key_covers_sources_flags_and_versions(monkeypatch):
     variants = {
         "source text": dataclasses.replace(spec, cpp_sources=(spec.cpp_sources[0] + "// one more comment\n",)),
         "compiler flags": dataclasses.replace(spec, extra_cflags=("-O2",)),
+        "Python entry source": dataclasses.replace(spec, python_entry_sources=("// an entry\n",),
+                                                   python_module_name="entry"),
     }
     for what, variant in variants.items():
         assert plan(variant).key != base.key, what
@@ -487,3 +489,15 @@ def test_package_build_is_recorded():
     info = json.loads((p.directory / "build_info.json").read_text())
     assert info["key"] == p.key and info["with_cuda"] == p.with_cuda
     assert torch._C._dispatch_has_kernel_for_dispatch_key("groupnorm_inline::group_norm_forward", "CPU")
+
+
+def test_package_python_entry_is_its_library():
+    """The package's direct Python entries come from its own library (the module python_module imports from
+    it, once per process); an extension without entry sources says so rather than importing anything."""
+    entry = extension.python_entry()
+    assert python_module(extension.SPEC) is entry
+    assert Path(entry.__file__).resolve() == load(extension.SPEC).resolve()
+    assert entry.__name__ == extension.SPEC.python_module_name
+    assert callable(entry.group_norm) and callable(entry.group_norm_with_stats)
+    with pytest.raises(ValueError, match="defines no Python entry points"):
+        python_module(tiny_spec(unique_namespace()))

@@ -22,7 +22,10 @@ archs, and whose lock file hangs every later import when a build is killed):
 * a failed build raises `ExtensionBuildError` carrying the compiler's error text.
 
 Extensions are loaded with `torch.ops.load_library`: they register their operators with
-`TORCH_LIBRARY`, so they are reachable as `torch.ops.<namespace>.<op>`.
+`TORCH_LIBRARY`, so they are reachable as `torch.ops.<namespace>.<op>`. An extension with
+`python_entry_sources` also defines a CPython module (`python_module_name`) with direct entry points to its
+operators, for eager calls where the OpOverload's boxed call is a large share of the time; `python_module`
+imports it from the same library.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from . import env, manifest
 _LAYOUT_VERSION = 1
 
 _loaded: dict[str, Path] = {}          # spec name -> loaded library, per process
+_modules: dict[str, object] = {}       # spec name -> its CPython module (python_entry_sources), per process
 _process_lock = threading.Lock()       # threads of one process build one at a time
 
 
@@ -61,6 +65,12 @@ class ExtensionSpec:
     name: str                                   # library prefix, e.g. "groupnorm_inline_C"
     cpp_sources: tuple[str, ...]
     cuda_sources: tuple[str, ...] = ()
+    # C++ sources compiled after cpp_sources into the same translation unit, defining the CPython module
+    # python_module_name (its PyInit_<python_module_name>) that `python_module` imports. Kept apart from
+    # cpp_sources because an exported single-file submission takes cpp_sources only. The name is fixed, not
+    # the library's: load_inline renames a library it builds twice in one process (name_v1).
+    python_entry_sources: tuple[str, ...] = ()
+    python_module_name: str = ""
     extra_cflags: tuple[str, ...] = ("-O3",)
     # --split-compile=0: nvcc optimises the one translation unit load_inline writes in parallel, on every core
     # (the CUDA file holds ~200 kernel instantiations; serial, its build took ~5 minutes on a 16-core machine).
@@ -122,6 +132,7 @@ def plan(spec: ExtensionSpec) -> BuildPlan:
         "layout": _LAYOUT_VERSION,
         "name": spec.name,
         "cpp_sources": list(spec.cpp_sources),
+        "python_entry_sources": list(spec.python_entry_sources),
         "cuda_sources": list(spec.cuda_sources) if with_cuda else [],
         "cflags": list(cflags),
         "cuda_cflags": list(cuda_cflags) if with_cuda else [],
@@ -232,7 +243,7 @@ def _compile(p: BuildPlan) -> Path:
     try:
         path = cpp_extension.load_inline(
             name=p.library_name,
-            cpp_sources=list(p.spec.cpp_sources),
+            cpp_sources=list(p.spec.cpp_sources) + list(p.spec.python_entry_sources),
             cuda_sources=list(p.spec.cuda_sources) if p.with_cuda else None,
             extra_cflags=list(p.cflags),
             extra_cuda_cflags=list(p.cuda_cflags) if p.with_cuda else None,
@@ -288,6 +299,30 @@ def load(spec: ExtensionSpec) -> Path:
         torch.ops.load_library(str(library))
         _loaded[spec.name] = library
         return library
+
+
+def python_module(spec: ExtensionSpec):
+    """The CPython module that `spec`'s python_entry_sources define, imported from its library (built and
+    loaded first if needed)."""
+    if not (spec.python_entry_sources and spec.python_module_name):
+        raise ValueError(f"groupnorm_inline: extension {spec.name} defines no Python entry points "
+                         "(python_entry_sources and python_module_name)")
+    library = load(spec)
+    with _process_lock:
+        module = _modules.get(spec.name)
+        if module is None:
+            import importlib.machinery
+            import importlib.util
+
+            # CPython calls PyInit_<name> in the library, already mapped by torch.ops.load_library (no second
+            # copy). The module is not put in sys.modules: only the package's Python holds it.
+            name = spec.python_module_name
+            loader = importlib.machinery.ExtensionFileLoader(name, str(library))
+            module_spec = importlib.util.spec_from_file_location(name, str(library), loader=loader)
+            module = importlib.util.module_from_spec(module_spec)
+            loader.exec_module(module)
+            _modules[spec.name] = module
+        return module
 
 
 def loaded_plan(spec: ExtensionSpec) -> BuildPlan:
