@@ -569,7 +569,8 @@ def test_streamed_grad_input_on_partial_lines(shape, groups, memory_format, acti
 @pytest.mark.parametrize("activation", ["silu", "gelu", "leaky_relu"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("shape, groups, n_threads", [
-    ((8, 40, 14, 18), 1, 1),    # rows of 40 channels, 252 rows a sample: the sums walk rows in order
+    ((8, 40, 14, 18), 1, 1),    # rows of 40 channels (160-320 B), 252 rows a sample: the sums walk columns
+    ((2, 136, 7, 9), 4, 1),     # rows of 136 channels (544-1088 B), 63 rows a sample: the sums walk rows in order
     ((6, 24, 3, 5), 4, 1),      # 15 rows a sample: the sums walk columns, partial packs
     ((1, 40, 30, 30), 8, 2),    # one sample cut into parts (fewer samples than threads)
     ((1, 40, 30, 30), 1, 2),    # the same, one group: mean and coefficients held in registers

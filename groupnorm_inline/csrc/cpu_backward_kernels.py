@@ -1425,13 +1425,21 @@ void channel_sums_columns(const T* x, const T* dy, int64_t channels, int64_t str
 // more than the strided reads ((128,128,3,2) float32 backward, one thread: 97 -> 76 us with the register walk for
 // these, PyTorch's 86; (8,256,5,5) float32 alike either way).
 constexpr int64_t kFewRows = 32;
+// Rows of up to kColumnRowBytes take the register walk however many there are: its strided reads then stay a few
+// lines apart and cost less than the row order's accumulator traffic (three loads and stores per vector per row).
+// One thread, kernels alone against PyTorch's, 2-core AMD EPYC (AVX2), float32, row order -> register walk:
+// rows of 160 B (32,40,7,9) G1 1.53-1.59x -> 1.22x, (8,40,14,18) G1 1.29-1.43x -> 1.01-1.03x; 256 B (8,64,14,18)
+// G1 1.09-1.11x -> 0.84-0.86x; 384 B (4,96,64,64) G8 6.3 -> 2.6-2.8 ms; float64 rows of 320 B (8,40,14,18)
+// 128 -> 109 us. From 512 B the row order stays ahead: (2,128,64,64) G32 1.60-1.72 against 1.76-1.90 ms, 640 B
+// (4,160,32,32) 0.94 against 1.10-1.21 ms, 1280 B (8,320,14,18) 0.79-0.82 against 1.12-1.15 ms.
+constexpr int64_t kColumnRowBytes = 384;
 // dz (float32 and float64 with an activation): where given, each element's dz = dy act'(z) is stored there too (rows
 // `stride` apart, as x), for grad_input_rows to read back (dz_in_dx) instead of evaluating act' a second time.
 template <typename T, bool kAct>
 void channel_sums_rows(const T* x, const T* dy, int64_t channels, int64_t stride, int64_t lo, int64_t hi,
                        const compute_t<T>* m, const compute_t<T>* a, const compute_t<T>* bias,
                        const gn_act::Params& act, double* ds, double* db, double* dm, T* dz = nullptr) {
-  if (sizeof(T) >= 4 && hi - lo > kFewRows) {
+  if (sizeof(T) >= 4 && hi - lo > kFewRows && channels * static_cast<int64_t>(sizeof(T)) > kColumnRowBytes) {
     channel_sums_in_row_order<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm, dz);
   } else {
     channel_sums_columns<T, kAct>(x, dy, channels, stride, lo, hi, m, a, bias, act, ds, db, dm, dz);
