@@ -45,9 +45,10 @@ def _load_forward_op():
     return _forward_op
 
 
-def _checked_call(input, num_groups, weight, bias):
-    """Checks shared by both entries (cheap where the types are right); loads the operator on first use.
-    Returns whether the call must go through the OpOverload (torch.compile, __torch_function__ overrides)."""
+def _use_overload(input, num_groups, weight, bias):
+    """Whether the call must go through the OpOverload (Dynamo tracing, __torch_function__ overrides) rather than
+    the direct entry. First the checks both paths share (cheap where the types are right) and, on first use, the
+    operator's loading."""
     if (type(num_groups) is not int or not isinstance(input, torch.Tensor)
             or (weight is not None and not isinstance(weight, torch.Tensor))
             or (bias is not None and not isinstance(bias, torch.Tensor))):
@@ -77,14 +78,14 @@ def forward(input, num_groups: int, weight, bias, eps: float, act: tuple[int, fl
     PyTorch's own CUDA kernel returns NCHW. The operator's autograd (C++) saves what the backward needs and
     makes no graph node under no_grad.
     """
-    if _checked_call(input, num_groups, weight, bias):
+    if _use_overload(input, num_groups, weight, bias):
         return _forward_op(input, num_groups, weight, bias, float(eps), *act)
     return _entry_with_stats(input, num_groups, weight, bias, float(eps), *act)
 
 
 def forward_output(input, num_groups: int, weight, bias, eps: float, act: tuple[int, float, float]):
     """`forward(...)[0]`: the output alone (eager calls hand no statistics to Python)."""
-    if _checked_call(input, num_groups, weight, bias):
+    if _use_overload(input, num_groups, weight, bias):
         return _forward_op(input, num_groups, weight, bias, float(eps), *act)[0]
     return _entry_output(input, num_groups, weight, bias, float(eps), *act)
 
