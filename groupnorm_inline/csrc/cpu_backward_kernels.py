@@ -628,7 +628,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 
 #if defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__)
 // AVX2 builds (no AVX-512: most laptops, AMD Zen 1-3), float32, bfloat16 and float16 data without an activation:
-// NCHW slices whose channels hold kMinRowAvx2 to kMaxRowAvx2 elements (2 to 8 vectors), whole. Through the
+// NCHW slices whose channels hold kMinRowAvx2 to kMaxRowAvx2 elements (1 to 8 vectors), whole. Through the
 // per-channel steps (channel_sums, then channel_grad_input: three 16-lane reductions and two out-of-line calls per
 // channel) a channel of 16 elements cost ~130 instructions of sums and ~120 of dx: (64,512,4,4) G32 float32
 // backward 9.3 M instructions per call against PyTorch's 4.7 M, 1.6x its time at one thread (2-core AMD EPYC
@@ -645,13 +645,15 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 //         elements, which that channel then overwrites), so no store is masked (a masked store is microcoded on
 //         AMD). float32: non-temporal stores where the output is large, as Pack::store_stream.
 // Shorter channels keep backward_short_slice (scalar chains and one vector: the 8-channel tree and masked loads
-// gained nothing below 8 elements, 1 thread, 2-core AMD EPYC); longer ones the per-channel path, where the three
+// gained nothing below 8 elements, 1 thread, 2-core AMD EPYC). Channels of exactly one vector (8) come here: on
+// backward_short_slice (64,64,2,4) G32 bfloat16 took 1.29-1.51x PyTorch's kernel time, (32,64,2,4) G32 float32
+// 1.6x, here 0.70-0.75x and 0.96-1.01x (one thread, the kernels alone); longer ones the per-channel path, where the three
 // reductions are a small share of a channel and its two 16-lane chains per sum stream faster (float32 HW 128-320
 // ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to kMaxRowAvx2Half: the per-channel path
 // paid its out-of-line counted loads and stores there too (bfloat16 backward, 2 threads, 2-core AMD EPYC: HW 80,
 // 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
-constexpr int64_t kMinRowAvx2 = 9, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
+constexpr int64_t kMinRowAvx2 = 8, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
 // Asks for the line kAheadBytes past p (the first pass over a chunk reads x and dy ahead of use: ~250 cycles of
 // memory latency at ~4 cycles a line of work; a hint, never faults).
 constexpr int64_t kAheadBytes = 4096;
