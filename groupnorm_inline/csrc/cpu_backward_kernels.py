@@ -653,7 +653,20 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // paid its out-of-line counted loads and stores there too (bfloat16 backward, 2 threads, 2-core AMD EPYC: HW 80,
 // 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
+// 16-bit channels shorter than a vector come here too, from kMinRowAvx2BFloat16 / kMinRowAvx2Float16 elements:
+// backward_short_slice converts them element by element, which PyTorch's kernel does not (one thread, kernels
+// alone, (64,64,HW) G32 against PyTorch's, short_slice -> here: bfloat16 HW 3 1.09-1.13x -> 1.01-1.06x, HW 4-7
+// 0.98-1.29x -> 0.73-0.88x; float16 HW 3-7 1.42-1.59x -> 0.74-1.07x, HW 2 1.47-1.71x -> 1.15-1.17x; bfloat16 HW 2
+// 1.08-1.13x -> 1.21x, so it stays). float32 shorter than a vector measured the same either way (PyTorch's own
+// kernel is scalar there: ours 0.2-0.45x its time) and stays on backward_short_slice.
 constexpr int64_t kMinRowAvx2 = 8, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
+constexpr int64_t kMinRowAvx2BFloat16 = 3, kMinRowAvx2Float16 = 2;
+template <typename T>
+constexpr int64_t min_row_avx2() {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) return kMinRowAvx2BFloat16;
+  else if constexpr (std::is_same_v<T, c10::Half>) return kMinRowAvx2Float16;
+  else return kMinRowAvx2;
+}
 // Asks for the line kAheadBytes past p (the first pass over a chunk reads x and dy ahead of use: ~250 cycles of
 // memory latency at ~4 cycles a line of work; a hint, never faults).
 constexpr int64_t kAheadBytes = 4096;
@@ -1229,7 +1242,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
   if constexpr (std::is_same_v<compute_t<T>, float>) {
     const int64_t max_row = std::is_same_v<T, float> ? kMaxRowAvx2 : kMaxRowAvx2Half;
     // (With an activation, channels shorter than a pack keep backward_short_slice's path below.)
-    const int64_t min_row = kAct ? kPackWidth : kMinRowAvx2;
+    const int64_t min_row = kAct ? kPackWidth : min_row_avx2<T>();
     if (HW >= min_row && HW <= max_row && parts == 1) {  // backward_short_rows_avx2
       // chunks of slices of at most 2048 elements (x and dy: 16 KB), as the AVX-512 kernel
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
