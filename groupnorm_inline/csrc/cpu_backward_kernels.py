@@ -647,11 +647,12 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // Shorter channels keep backward_short_slice (scalar chains and one vector: the 8-channel tree and masked loads
 // gained nothing below 8 elements, 1 thread, 2-core AMD EPYC). Channels of exactly one vector (8) come here: on
 // backward_short_slice (64,64,2,4) G32 bfloat16 took 1.29-1.51x PyTorch's kernel time, (32,64,2,4) G32 float32
-// 1.6x, here 0.70-0.75x and 0.96-1.01x (one thread, the kernels alone); longer ones the per-channel path, where the three
-// reductions are a small share of a channel and its two 16-lane chains per sum stream faster (float32 HW 128-320
-// ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to kMaxRowAvx2Half: the per-channel path
-// paid its out-of-line counted loads and stores there too (bfloat16 backward, 2 threads, 2-core AMD EPYC: HW 80,
-// 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x here; from 400 on, equal either way).
+// 1.6x, here 0.70-0.75x and 0.96-1.01x (one thread, the kernels alone). Longer channels take the per-channel
+// path, where the three reductions are a small share of a channel and its two 16-lane chains per sum stream
+// faster (float32 HW 128-320 ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to
+// kMaxRowAvx2Half: the per-channel path paid its out-of-line counted loads and stores there too (bfloat16
+// backward, 2 threads, 2-core AMD EPYC: HW 80, 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x
+// here; from 400 on, equal either way).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
 // 16-bit channels shorter than a vector come here too, from kMinRowAvx2BFloat16 / kMinRowAvx2Float16 elements:
 // backward_short_slice converts them element by element, which PyTorch's kernel does not (one thread, kernels
