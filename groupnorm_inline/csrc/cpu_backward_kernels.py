@@ -652,7 +652,13 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // faster (float32 HW 128-320 ran 0.80-0.90x PyTorch's that way, 0.92-0.97x here). 16-bit channels up to
 // kMaxRowAvx2Half: the per-channel path paid its out-of-line counted loads and stores there too (bfloat16
 // backward, 2 threads, 2-core AMD EPYC: HW 80, 100, 225 at 1.11x, 1.30x, 1.14x PyTorch's time that way, 0.99-1.02x
-// here; from 400 on, equal either way).
+// here; from 400 on, equal either way at the time). Since the grad_input loop of the per-channel path was made
+// to keep its constants in registers, 16-bit channels of 306 to 16384 elements still ran faster here (one thread,
+// kernels alone, (16,64,HW) G16 bfloat16: HW 306-1024 1.01-1.22x PyTorch's time per channel -> 0.75-0.96x here,
+// 2304-16384 0.91-0.97x -> 0.76-0.82x; float16 0.22-0.28x -> 0.18-0.25x), so they come here up to
+// kMaxRowAvx2Half = 4096: each lane of a channel's float accumulators then adds at most 512 values (the
+// per-channel path folds into double every kBlock elements). With an activation the bound stays at the 256
+// measured before (kMaxRowAvx2HalfAct; the longer channels with one are not measured here).
 // a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
 // 16-bit channels shorter than a vector come here too, from kMinRowAvx2BFloat16 / kMinRowAvx2Float16 elements:
 // backward_short_slice converts them element by element, which PyTorch's kernel does not (one thread, kernels
@@ -660,7 +666,7 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // 0.98-1.29x -> 0.73-0.88x; float16 HW 3-7 1.42-1.59x -> 0.74-1.07x, HW 2 1.47-1.71x -> 1.15-1.17x; bfloat16 HW 2
 // 1.08-1.13x -> 1.21x, so it stays). float32 shorter than a vector measured the same either way (PyTorch's own
 // kernel is scalar there: ours 0.2-0.45x its time) and stays on backward_short_slice.
-constexpr int64_t kMinRowAvx2 = 8, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 256;
+constexpr int64_t kMinRowAvx2 = 8, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 4096, kMaxRowAvx2HalfAct = 256;
 constexpr int64_t kMinRowAvx2BFloat16 = 3, kMinRowAvx2Float16 = 2;
 template <typename T>
 constexpr int64_t min_row_avx2() {
@@ -1241,7 +1247,7 @@ void backward_nchw(const BackwardArgs<T>& p) {
 #endif
 #if defined(CPU_CAPABILITY_AVX2) && defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<compute_t<T>, float>) {
-    const int64_t max_row = std::is_same_v<T, float> ? kMaxRowAvx2 : kMaxRowAvx2Half;
+    const int64_t max_row = std::is_same_v<T, float> ? kMaxRowAvx2 : kAct ? kMaxRowAvx2HalfAct : kMaxRowAvx2Half;
     // (With an activation, channels shorter than a pack keep backward_short_slice's path below.)
     const int64_t min_row = kAct ? kPackWidth : min_row_avx2<T>();
     if (HW >= min_row && HW <= max_row && parts == 1) {  // backward_short_rows_avx2
