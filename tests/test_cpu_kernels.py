@@ -613,3 +613,24 @@ def test_outputs_of_4_mb_and_more(memory_format, dtype, threads, poisoned_output
     check_forward_cpu(x, 37, w, b, "silu", "4 MB output, silu")
     check_backward_cpu(x, 1, w, b, "none", "4 MB grad_input")
     check_backward_cpu(x, 37, w, b, "silu", "4 MB grad_input, silu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape, groups", [
+    ((1, 3, 131, 97), 1),    # rows of 3 channels: a part's rows summed and normalised as one flat run
+    ((1, 8, 67, 71), 1),     # rows of 8 channels (a period of one pack in float32, two rows in 16-bit)
+    ((1, 3, 131, 97), 3),    # several groups: per-channel sums, flat normalisation
+    ((2, 5, 3, 47, 41), 1),  # 5-D, two samples at 3 threads
+    ((1, 3, 2, 3), 1),       # too small to be cut into parts
+], ids=str)
+def test_channels_last_forward_of_few_channels_in_parts(shape, groups, dtype, threads, poisoned_outputs):
+    """Channels-last samples of a few channels, fewer samples than threads (each cut into parts of rows): with one
+    group a part's rows are one contiguous run, summed flat about the sample's pivot; parts of at least four periods
+    of the constants are normalised flat. Against float64, starting poisoned, with a large mean."""
+    threads(3)
+    memory_format = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    for mean, std in ((0.5, 2.0), (1e4, 1.0)):
+        x = _input(shape, dtype, memory_format, mean=mean, std=std, seed=13)
+        w, b = _params(shape[1], dtype, True)
+        check_forward_cpu(x, groups, w, b, "none", f"{shape} G={groups} {dtype} mean {mean}")
+        check_forward_cpu(x, groups, w, b, "silu", f"{shape} G={groups} {dtype} mean {mean} silu")

@@ -1170,10 +1170,28 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
     for (int64_t it = first; it < last; ++it) {
       const int64_t n = it / parts, lo = bounds[it % parts], hi = bounds[it % parts + 1];
       if (fresh_output) touch_pages(y + n * sample + lo * channels, (hi - lo) * channels);
-      channel_sums(x + n * sample, channels, channels, lo, hi, pivot.data(), sums.data(), sums.data() + channels,
-                   sums.data() + 2 * channels);
       double* const t1 = &part_sums[2 * it * G];
       double* const t2 = t1 + G;
+      if (G == 1) {
+        // One group: the part's rows are one contiguous run, summed flat about the sample's pivot in blocks (as
+        // the whole-sample path does). Row by row, rows of a few channels each paid a counted load: (1,3,522,310)
+        // bfloat16 forward took 3.4 ms at 2 threads against 0.26 ms at one (2-core AMD EPYC).
+        const T* const xs = x + n * sample + lo * channels;
+        const int64_t len = (hi - lo) * channels;
+        const C pv = static_cast<C>(group_pivot[n]);
+        double a1 = 0, a2 = 0;
+        for (int64_t i = 0; i < len; i += kBlock) {
+          double b1, b2;
+          block_sums(xs + i, std::min(kBlock, len - i), pv, b1, b2);
+          a1 += b1;
+          a2 += b2;
+        }
+        t1[0] = a1;
+        t2[0] = a2;
+        continue;
+      }
+      channel_sums(x + n * sample, channels, channels, lo, hi, pivot.data(), sums.data(), sums.data() + channels,
+                   sums.data() + 2 * channels);
       for (int64_t g = 0; g < G; ++g) {
         Vectorized<double> v1(0.0), v2(0.0);
         t1[g] = 0;
@@ -1204,12 +1222,25 @@ void forward_channels_last(const T* x, T* y, const compute_t<T>* w, const comput
   for (int64_t n = 0; n < N; ++n) {
     sample_constants<true>(mean_out + n * G, rstd_out + n * G, G, cpg, w, b, &coef[n * 3 * cpad], cpad);
   }
+  // Parts of at least 4 periods of the constants normalised as one flat run (as whole samples: flat_period).
+  const int64_t period = HW > 1 ? flat_period<T>(channels) : 0;
+  const int64_t span = period * Pack<T>::kWidth;
   at::parallel_for(0, items, grain, [&](int64_t first, int64_t last) {
+    std::vector<C> tiled(static_cast<size_t>(2 * span));
+    int64_t tiled_sample = -1;
     for (int64_t it = first; it < last; ++it) {
-      const int64_t n = it / parts;
+      const int64_t n = it / parts, lo = bounds[it % parts], hi = bounds[it % parts + 1];
       const C* k = &coef[n * 3 * cpad];
-      normalize_rows(x + n * sample, y + n * sample, channels, channels, bounds[it % parts], bounds[it % parts + 1],
-                     k + cpad, k + 2 * cpad, ep);
+      if (period > 0 && (hi - lo) * channels >= 4 * span) {
+        if (tiled_sample != n) {
+          tiled_constants<T>(k, channels, cpad, period, tiled.data());
+          tiled_sample = n;
+        }
+        normalize_flat(x + n * sample + lo * channels, y + n * sample + lo * channels, (hi - lo) * channels, period,
+                       tiled.data(), tiled.data() + span, ep);
+      } else {
+        normalize_rows(x + n * sample, y + n * sample, channels, channels, lo, hi, k + cpad, k + 2 * cpad, ep);
+      }
     }
   });
 }
