@@ -1614,6 +1614,7 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
   using VC = Vectorized<C>;
   constexpr int64_t LD = VD::size(), LC = VC::size();
   const double inv_d = 1.0 / static_cast<double>(cpg * HW);
+  const int64_t channels = G * cpg;
   for (int64_t g = 0; g < G; ++g) {
     const int64_t c0 = g * cpg, c1_end = c0 + cpg;
     double dm0 = 0, dm1 = 0, s0 = 0, s1 = 0, b0 = 0, b1 = 0;  // two chains each
@@ -1658,16 +1659,15 @@ void sample_coefficients(const double* ds, const double* db, const double* dm, i
     const VD vdelta(delta), vr(r);
     for (c = c0; c < c1_end; c += LD) {
       const int64_t cnt = std::min(LD, c1_end - c);
-      const VD vb = cnt == LD ? VD::loadu(db + c) : VD::loadu(db + c, cnt);
-      const VD vs = cnt == LD ? VD::loadu(ds + c) : VD::loadu(ds + c, cnt);
-      ((vs - vdelta * vb) * vr).store(ds_out + c, static_cast<int>(cnt));
-      vb.store(db_out + c, static_cast<int>(cnt));
+      const VD vb = load_first<VD>(db + c, cnt, channels - c), vs = load_first<VD>(ds + c, cnt, channels - c);
+      store_first((vs - vdelta * vb) * vr, ds_out + c, cnt, channels - c);
+      store_first(vb, db_out + c, cnt, channels - c);
     }
     const VC vx(static_cast<C>(k.coef_x)), v1(static_cast<C>(k.coef_1));
     for (c = c0; c < c1_end; c += LC) {
-      const int cnt = static_cast<int>(std::min(LC, c1_end - c));
-      vx.store(cx + c, cnt);
-      v1.store(c1 + c, cnt);
+      const int64_t cnt = std::min(LC, c1_end - c);
+      store_first(vx, cx + c, cnt, channels - c);
+      store_first(v1, c1 + c, cnt, channels - c);
     }
   }
 }

@@ -912,12 +912,12 @@ void sample_constants(const C* mean, const C* rstd, int64_t G, int64_t cpg, cons
   C* const m = k;
   C* const a = k + cpad;
   C* const bias = k + 2 * cpad;
-  for (int64_t g = 0; g < G; ++g) {  // vector stores, masked at a group's end (element stores: one a cycle)
+  for (int64_t g = 0; g < G; ++g) {  // vector stores (element stores: one a cycle)
     const VC vm(mean[g]), vr(rstd[g]);
     for (int64_t c = g * cpg; c < (g + 1) * cpg; c += L) {
-      const int cnt = static_cast<int>(std::min(L, (g + 1) * cpg - c));
-      vm.store(m + c, cnt);
-      vr.store(a + c, cnt);
+      const int64_t cnt = std::min(L, (g + 1) * cpg - c);
+      store_first(vm, m + c, cnt, channels - c);
+      store_first(vr, a + c, cnt, channels - c);
     }
   }
   for (int64_t c = 0; c < channels; c += L) {
