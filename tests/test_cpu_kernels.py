@@ -275,16 +275,18 @@ def test_many_small_slices_batched_statistics(shape, groups, dtype, num_threads,
 # partial one), groups of 8 channels, of 9 and 17, HW 24 (three whole vectors), 64 (the longest) and 65 (past
 # it), and groups of 2 channels in chunks of 113 slices (226 rows: a partial block at each chunk's end). bfloat16
 # and float16 channels go that way up to 4096 elements: 65, 255 (31 whole vectors and 7 elements), 257, 1027,
-# 4096 and 4097 (past it); and from 3 (bfloat16) or 2 (float16) elements, shorter than a vector: HW 2, 3, 5, 7
-# (one partial vector a channel). Each tensor's last row with a partial vector reads only its own elements (the
-# rows before it read into the next row).
+# 4096 and 4097 (past it); and from 2 elements, shorter than a vector: HW 2, 3, 5, 7 (one partial vector a
+# channel). Each tensor's last row with a partial vector reads only its own elements (the rows before it read into
+# the next row). Slices of fewer than 16 elements whose channels are not whole vectors take dx in one flat pass
+# over the chunk: D 4 (HW 2; 33 slices, the last vector partial), 9, 10, 11 (one channel of 11 a group).
 SHORT_BACKWARD_SHAPES = [((21, 8, 2), 4), ((37, 6, 3, 3), 3), ((9, 48, 4, 4), 16), ((7, 10, 17), 5),
                          ((5, 40, 31), 8), ((6, 19, 5, 5), 19), ((3, 12, 32), 4), ((17, 32, 48), 32),
                          ((2, 40, 2, 5, 5), 4), ((5, 6, 33), 2), ((3, 8, 320), 4), ((2, 6, 321), 3),
                          ((4, 72, 3, 3), 8), ((3, 136, 24), 8), ((2, 64, 8, 8), 8), ((2, 96, 65), 4),
                          ((64, 64, 3, 3), 32), ((3, 16, 255), 4), ((2, 8, 257), 2), ((3, 24, 8), 3),
                          ((33, 64, 2, 4), 32), ((5, 12, 3), 4), ((9, 16, 5), 8), ((4, 8, 1, 7), 2),
-                         ((3, 4, 1027), 2), ((2, 4, 64, 64), 2), ((2, 2, 4097), 1)]
+                         ((3, 4, 1027), 2), ((2, 4, 64, 64), 2), ((2, 2, 4097), 1), ((11, 6, 1, 2), 3),
+                         ((13, 7, 11), 7)]
 
 
 @pytest.mark.parametrize("num_threads", [1, 3])

@@ -659,15 +659,26 @@ void backward_short_rows_avx512(const BackwardArgs<T>& p, int64_t s0, int64_t s1
 // kMaxRowAvx2Half = 4096: each lane of a channel's float accumulators then adds at most 512 values (the
 // per-channel path folds into double every kBlock elements). With an activation the bound stays at the 256
 // measured before (kMaxRowAvx2HalfAct; the longer channels with one are not measured here).
-// a_row: D + 8 floats of scratch; stream: dx stored non-temporally, never a line partly (stream_fence after).
+// a_row: D + 8 floats of scratch (4 ((s1 - s0) D + 8) for slices shorter than kMaxFlatSlice); stream: dx stored
+// non-temporally, never a line partly (stream_fence after).
 // 16-bit channels shorter than a vector come here too, from kMinRowAvx2BFloat16 / kMinRowAvx2Float16 elements:
 // backward_short_slice converts them element by element, which PyTorch's kernel does not (one thread, kernels
 // alone, (64,64,HW) G32 against PyTorch's, short_slice -> here: bfloat16 HW 3 1.09-1.13x -> 1.01-1.06x, HW 4-7
 // 0.98-1.29x -> 0.73-0.88x; float16 HW 3-7 1.42-1.59x -> 0.74-1.07x, HW 2 1.47-1.71x -> 1.15-1.17x; bfloat16 HW 2
-// 1.08-1.13x -> 1.21x, so it stays). float32 shorter than a vector measured the same either way (PyTorch's own
-// kernel is scalar there: ours 0.2-0.45x its time) and stays on backward_short_slice.
+// 1.08-1.13x -> 1.21x at first; 1.00-1.05x with the flat dx pass below, so bfloat16 HW 2 comes here too, where
+// short_slice took 1.16-1.27x PyTorch's time). float32 shorter than a vector measured the same either way
+// (PyTorch's own kernel is scalar there: ours 0.2-0.45x its time) and stays on backward_short_slice.
+// Slices shorter than kMaxFlatSlice whose channels are not whole vectors take dx in one flat pass over the chunk:
+// each element's constants (a = rstd w[c], m, cx, c1) first spread into four rows by broadcast stores (each
+// store's lanes past its channel or slice overwritten by the next one's), then 8 elements a step across slice
+// boundaries. Slice by slice, such a slice was a vector or none and a scalar tail of D % 8 elements. One thread,
+// kernels alone, both ways alternated call by call in one process, ours / PyTorch's time: (512,64,1,2) G32
+// float16 1.15x -> 1.10x, (512,64,1,3) G32 float16 1.03x -> 0.93x, bfloat16 1.03x -> 0.88x, (256,64,1,5) G32
+// bfloat16 0.73x -> 0.67x; longer slices lost ((64,64,9) G16 float32, D 36: 0.88x -> 0.96x; (32,64,17) G16
+// bfloat16 0.82x -> 0.93x), and (64,64,3,3) G32 float16 (D 18) was equal.
 constexpr int64_t kMinRowAvx2 = 8, kMaxRowAvx2 = 64, kMaxRowAvx2Half = 4096, kMaxRowAvx2HalfAct = 256;
-constexpr int64_t kMinRowAvx2BFloat16 = 3, kMinRowAvx2Float16 = 2;
+constexpr int64_t kMinRowAvx2BFloat16 = 2, kMinRowAvx2Float16 = 2;
+constexpr int64_t kMaxFlatSlice = 16;
 template <typename T>
 constexpr int64_t min_row_avx2() {
   if constexpr (std::is_same_v<T, c10::BFloat16>) return kMinRowAvx2BFloat16;
@@ -888,6 +899,12 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
       }
     }
   }
+  // dx of short slices whose channels are not whole vectors in one flat pass over the chunk (see kMaxFlatSlice):
+  // a_row then holds four rows of the chunk's (s1 - s0) * D + 8 floats, each element's a, m, cx and c1
+  const bool flat = p.dx != nullptr && HW != whole && D < kMaxFlatSlice;
+  float* const m_row = a_row + (s1 - s0) * D + 8;
+  float* const cx_row = m_row + (s1 - s0) * D + 8;
+  float* const c1_row = cx_row + (s1 - s0) * D + 8;
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t c0 = (s % G) * cpg;
     const float* w = p.w ? p.w + c0 : nullptr;
@@ -905,6 +922,20 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
     if (!p.dx) continue;
     const float cx = static_cast<float>(k.coef_x), c1 = static_cast<float>(k.coef_1);
     const __m256 vm = _mm256_set1_ps(m), vcx = _mm256_set1_ps(cx), vc1 = _mm256_set1_ps(c1);
+    if (flat) {  // the slice's constants into the chunk's rows (each store's lanes past the slice or channel
+                 // are overwritten by the next one's, the last slice's land in the rows' 8 floats of padding)
+      const int64_t o = (s - s0) * D;
+      for (int64_t i = 0; i < D; i += 8) {
+        _mm256_storeu_ps(m_row + o + i, vm);
+        _mm256_storeu_ps(cx_row + o + i, vcx);
+        _mm256_storeu_ps(c1_row + o + i, vc1);
+      }
+      for (cl = 0; cl < cpg; ++cl) {
+        const __m256 va = _mm256_set1_ps(rstd * (w ? w[cl] : 1.0f));
+        for (int64_t i = cl * HW; i < (cl + 1) * HW; i += 8) _mm256_storeu_ps(a_row + o + i, va);
+      }
+      continue;
+    }
     const T* xs = p.x + s * D;
     const G_t* dys = grad + (s - s0) * D;
     T* const dxs = p.dx + s * D;
@@ -945,6 +976,29 @@ void backward_short_rows_avx2(const BackwardArgs<T>& p, int64_t s0, int64_t s1, 
     for (; i < D; ++i) {
       dxs[i] = static_cast<T>(std::fma(a_row[i], static_cast<float>(dys[i]),
                                        std::fma(cx, static_cast<float>(xs[i]) - m, c1)));
+    }
+  }
+  if (flat) {  // the chunk's E contiguous elements, 8 at a time, each with its own constants from the rows
+    const int64_t E = (s1 - s0) * D;
+    const T* xs = p.x + s0 * D;
+    T* const dxs = p.dx + s0 * D;
+    const int64_t streamed = stream ? streamed_prefix(dxs, E / 8 * 8) : 0;
+    int64_t i = 0;
+    for (; i + 8 <= E; i += 8) {
+      const __m256 d = _mm256_sub_ps(load8(xs + i), _mm256_loadu_ps(m_row + i));
+      const __m256 out = _mm256_fmadd_ps(_mm256_loadu_ps(a_row + i), load8(grad + i),
+                                         _mm256_fmadd_ps(_mm256_loadu_ps(cx_row + i), d, _mm256_loadu_ps(c1_row + i)));
+      if constexpr (std::is_same_v<T, float>) {
+        if (i + 8 <= streamed) {
+          stream_vector(dxs + i, out);
+          continue;
+        }
+      }
+      store8(dxs + i, out);
+    }
+    for (; i < E; ++i) {
+      dxs[i] = static_cast<T>(std::fma(a_row[i], static_cast<float>(grad[i]),
+                                       std::fma(cx_row[i], static_cast<float>(xs[i]) - m_row[i], c1_row[i])));
     }
   }
 }
@@ -1255,7 +1309,8 @@ void backward_nchw(const BackwardArgs<T>& p) {
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         const int64_t n = std::min(chunk, last - first);
-        std::vector<float> a_row(static_cast<size_t>(D + 8));
+        // a_row: one slice's row, or with flat_rows four rows of the chunk's (a, m, cx, c1 of every element)
+        std::vector<float> a_row(static_cast<size_t>(D < kMaxFlatSlice ? 4 * (n * D + 8) : D + 8));
         std::vector<double> sm_rows(static_cast<size_t>(n * cpg));
         // with an activation: each element's bias, and the chunk's dz (not filled: written before they are read)
         const std::unique_ptr<float[]> b_row(kAct ? new float[static_cast<size_t>(D + 8)] : nullptr);
