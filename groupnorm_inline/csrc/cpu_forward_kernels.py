@@ -382,16 +382,41 @@ inline void normalize_slice_range(const T* xs, T* ys, int64_t lo, int64_t hi, in
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512F__)
       if constexpr (std::is_same_v<C, float>) lo = normalize_short_channels_avx512(xs, ys, lo, hi, HW, w, b, m, rstd);
 #endif
-      int64_t cl = lo / HW, next = (cl + 1) * HW;
-      C a = scale_of(cl), sh = b ? b[cl] : C(0);
-      for (int64_t i = lo; i < hi; ++i) {
-        if (i == next) {
-          ++cl;
-          next += HW;
-          a = scale_of(cl);
-          sh = b ? b[cl] : C(0);
+      // Elsewhere, channels of 2 or more elements: up to kChunk elements at a time, each element's scale and shift
+      // first spread into two rows a channel at a time (vector-wide broadcast stores, whose lanes past the channel
+      // the next channel's overwrite), then a pack a step across channels. Element by element (~3 cycles an
+      // element, more with conversions), 2-core AMD EPYC (AVX2), one thread, ours / PyTorch's time, alternating
+      // processes: (4,1024,8) G32 bfloat16 forward 1.26-1.52x -> 0.57-0.60x, float32 1.18-1.20x -> 0.58-0.59x,
+      // float16 0.77-0.84x -> 0.40-0.43x, (4,1024,6) bfloat16 0.75x -> 0.40-0.41x. (N, C) inputs keep the element
+      // loop: two broadcast stores an element cost more there ((8,1024) G4 float32 0.52-0.53x -> 0.76-0.77x).
+      if (HW == 1) {
+        for (int64_t i = lo; i < hi; ++i) {
+          ys[i] = static_cast<T>((static_cast<C>(xs[i]) - m) * scale_of(i) + (b ? b[i] : C(0)));
         }
-        ys[i] = static_cast<T>((static_cast<C>(xs[i]) - m) * a + sh);
+        return;
+      }
+      using V = typename P::V;
+      constexpr int64_t kChunk = 16 * P::kWidth;
+      __at_align__ C ar[kChunk + P::kWidth];
+      __at_align__ C br[kChunk + P::kWidth];
+      const P vm = P::broadcast(m);
+      for (int64_t start = lo; start < hi; start += kChunk) {
+        const int64_t len = std::min(kChunk, hi - start);
+        for (int64_t cl = start / HW; cl * HW < start + len; ++cl) {
+          const int64_t begin = std::max(start, cl * HW), end = std::min(start + len, (cl + 1) * HW);
+          const V va(scale_of(cl)), vb(b ? b[cl] : C(0));
+          for (int64_t i = begin - start; i < end - start; i += P::kVec) {
+            va.store(ar + i);
+            vb.store(br + i);
+          }
+        }
+        int64_t i = 0;
+        for (; i + P::kWidth <= len; i += P::kWidth) {
+          fmadd(P::load(xs + start + i) - vm, P{V::loadu(ar + i), V::loadu(ar + i + P::kVec)},
+                P{V::loadu(br + i), V::loadu(br + i + P::kVec)})
+              .store(ys + start + i);
+        }
+        for (; i < len; ++i) ys[start + i] = static_cast<T>((static_cast<C>(xs[start + i]) - m) * ar[i] + br[i]);
       }
       return;
     }
