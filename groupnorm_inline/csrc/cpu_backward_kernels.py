@@ -1311,7 +1311,8 @@ void backward_nchw(const BackwardArgs<T>& p) {
       const int64_t chunk = std::max<int64_t>(1, 2048 / D);
       at::parallel_for(0, slices, grain_items(slices, D), [&](int64_t first, int64_t last) {
         const int64_t n = std::min(chunk, last - first);
-        // a_row: one slice's row, or with flat_rows four rows of the chunk's (a, m, cx, c1 of every element)
+        // a_row: one slice's row, or for slices shorter than kMaxFlatSlice four rows of the chunk's (a, m, cx, c1 of
+        // every element, see backward_short_rows_avx2)
         std::vector<float> a_row(static_cast<size_t>(D < kMaxFlatSlice ? 4 * (n * D + 8) : D + 8));
         std::vector<double> sm_rows(static_cast<size_t>(n * cpg));
         // with an activation: each element's bias, and the chunk's dz (not filled: written before they are read)
